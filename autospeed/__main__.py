@@ -1,0 +1,3 @@
+from autospeed.cli import main
+
+raise SystemExit(main())

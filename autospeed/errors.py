@@ -1,0 +1,17 @@
+"""The two kinds of failure a user can see. The CLI turns them into exit codes."""
+
+
+class UserError(Exception):
+    """Bad input: a file, key or value the user must fix. Exit code 2.
+
+    The message is one line naming the file, the key path and the fix.
+    """
+
+    exit_code = 2
+
+
+class RunFailure(Exception):
+    """The input was fine but running it failed (a crashed run, an unreachable
+    server, no trial reached the target). Exit code 1."""
+
+    exit_code = 1

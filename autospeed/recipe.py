@@ -1,0 +1,118 @@
+"""The recipe: every setting of one training run, one validated schema.
+
+A recipe lives in YAML on disk. Unknown keys, wrong types and impossible values
+are rejected on load with one line naming the file and key path.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autospeed.errors import UserError
+from autospeed.validation import raise_user_error
+from autospeed.yamlio import dump_yaml, load_yaml
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+SCHEDULES = ("constant", "cosine", "onecycle", "linear")
+OPTIMIZERS = ("sgd", "adamw")
+DATA_LOADERS = ("device", "dataloader")
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False, validate_assignment=True)
+
+
+class Measured(_Strict):
+    """What the search measured for an exported recipe. Training ignores it."""
+
+    model_config = ConfigDict(extra="allow")  # forward-compatible: newer exporters may add fields
+
+    search_name: str | None = None
+    search_id: str | None = None
+    trial_id: str | None = None
+    tta_seconds: float | None = None
+    tta_seconds_median: float | None = None
+    tta_seconds_min: float | None = None
+    tta_seconds_max: float | None = None
+    repeats: int | None = None
+    baseline_tta_seconds_median: float | None = None
+    speedup_vs_baseline: float | None = None
+    environment: dict[str, Any] | None = None
+
+
+class Recipe(_Strict):
+    """One training run. Field docs give units; DESIGN.md "Recipe: the knobs"."""
+
+    workload: str = "mnist1d"
+    workload_options: dict[str, Any] = Field(default_factory=dict)
+    target_accuracy: float = Field(0.95, gt=0, le=1)
+    max_train_seconds: float = Field(60.0, gt=0)  # budget on the train clock
+    epochs: float = Field(10.0, gt=0)  # schedule length; the run also ends here
+    eval_every_epochs: float = Field(0.5, gt=0)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    batch_size: int = Field(128, ge=1)  # micro-batch per step
+    accumulation_steps: int = Field(1, ge=1)
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    lr: float = Field(0.05, gt=0)  # peak learning rate
+    momentum: float = Field(0.9, ge=0, lt=1)  # SGD momentum (Nesterov), AdamW beta1
+    weight_decay: float = Field(5e-4, ge=0)
+    schedule: Literal["constant", "cosine", "onecycle", "linear"] = "constant"
+    warmup_fraction: float = Field(0.0, ge=0, lt=1)  # of all steps; onecycle ignores it
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+
+    precision: Precision = "fp32"
+    compile: CompileMode = "none"
+    channels_last: bool = False
+    data_loader: Literal["device", "dataloader"] = "device"
+    num_workers: int = Field(0, ge=0)
+    pin_memory: bool = False
+    prefetch_factor: int = Field(2, ge=1)
+    persistent_workers: bool = False
+    cudnn_benchmark: bool = False
+    activation_checkpointing: bool = False
+
+    measured: Measured | None = None  # written by `autospeed export`; ignored by training
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Recipe":
+        if self.eval_every_epochs > self.epochs:
+            raise ValueError(
+                f"eval_every_epochs ({self.eval_every_epochs}) must be <= epochs ({self.epochs}); lower it"
+            )
+        if self.persistent_workers and self.num_workers == 0:
+            raise ValueError("persistent_workers needs num_workers >= 1; set num_workers or drop persistent_workers")
+        return self
+
+    def training_fields(self) -> dict[str, Any]:
+        """Every field that affects training (everything but `measured`)."""
+        return self.model_dump(exclude={"measured"})
+
+    def to_yaml(self) -> str:
+        return dump_yaml(self.model_dump(exclude_none=True))
+
+
+KNOB_FIELDS = tuple(f for f in Recipe.model_fields if f != "measured")
+
+
+def recipe_from_dict(data: Any, source: str) -> Recipe:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a recipe must be a mapping of keys to values, got {type(data).__name__}")
+    try:
+        return Recipe.model_validate(data)
+    except pydantic.ValidationError as e:
+        raise_user_error(e, source, Recipe)
+        raise  # unreachable: raise_user_error always raises
+
+
+def load_recipe(path: str | os.PathLike) -> Recipe:
+    return recipe_from_dict(load_yaml(path), str(path))

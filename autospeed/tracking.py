@@ -1,0 +1,181 @@
+"""MLflow layout (DESIGN.md "Tracking layout"): names defined once, shared by
+writers (search, train) and readers (export, report).
+
+Everything goes through `MlflowClient` with explicit run ids (no fluent global
+state), and metrics go out with `log_batch`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from typing import Any, Iterable
+
+from autospeed.errors import RunFailure, UserError
+
+# ---- tags ----
+TAG_SEARCH_ID = "autospeed.search_id"
+TAG_TRIAL_ID = "autospeed.trial_id"
+TAG_KIND = "autospeed.kind"
+TAG_STATUS = "autospeed.status"
+TAG_BASELINE = "autospeed.baseline"
+TAG_ERROR = "autospeed.error"
+TAG_PARENT = "mlflow.parentRunId"
+TAG_RUN_NAME = "mlflow.runName"
+KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
+
+# ---- metrics ----
+# per evaluation, step = optimizer step
+M_VAL_ACCURACY = "val_accuracy"
+M_TRAIN_LOSS = "train_loss"
+M_TRAIN_SECONDS = "train_seconds"
+M_SAMPLES_PER_SECOND = "samples_per_second"
+EVAL_METRICS = (M_VAL_ACCURACY, M_TRAIN_LOSS, M_TRAIN_SECONDS, M_SAMPLES_PER_SECOND)
+# final, once per run
+M_TTA = "tta_seconds"
+M_BEST_VAL_ACCURACY = "best_val_accuracy"
+M_OBJECTIVE = "objective"
+M_WALL_SECONDS = "wall_seconds"
+M_COMPILE_SECONDS = "compile_seconds"
+M_PEAK_MEMORY_MB = "peak_memory_mb"
+# parent
+M_BEST_TTA = "best_tta_seconds"
+M_BASELINE_TTA = "baseline_tta_seconds"
+M_SPEEDUP = "speedup_vs_baseline"
+
+DEFAULT_TRAIN_EXPERIMENT = "autospeed-train"
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+
+
+def redact(text: str) -> str:
+    """Hide user:password in any URI inside text (tracking URIs may carry them)."""
+    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
+def quiet_mlflow() -> None:
+    """MLflow's SQL store logs schema migrations at INFO on first use; users did not ask for that."""
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store.sql"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def resolve_tracking_uri(arg: str | None) -> str:
+    """--tracking-uri, else MLFLOW_TRACKING_URI, else MLflow's own default."""
+    import mlflow
+
+    uri = arg or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return mlflow.get_tracking_uri()
+
+
+def connect(uri: str):
+    """An MlflowClient for uri, checked to answer before anything runs.
+
+    A malformed URI is bad input (exit 2); an unreachable or unwritable store is
+    a runtime failure (exit 1).
+    """
+    quiet_mlflow()
+    from mlflow.tracking import MlflowClient
+
+    shown = redact(uri)
+    if "://" not in uri and not uri.startswith(("/", ".")) and ":" in uri:
+        raise UserError(f"--tracking-uri: malformed URI '{shown}'; use e.g. sqlite:///mlflow.db or http://host:5000")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast on a dead server
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+    except Exception as e:
+        first = redact(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        if "unsupported" in first.lower() or "invalid" in first.lower() or "could not find" in first.lower():
+            raise UserError(f"--tracking-uri: '{shown}' is not a usable MLflow tracking URI ({first[:200]}); "
+                            f"use e.g. sqlite:///mlflow.db or http://host:5000") from None
+        raise RunFailure(f"tracking store '{shown}' is unreachable ({first[:200]}); start the server or "
+                         f"pass a reachable --tracking-uri") from None
+    return client
+
+
+def experiment_id(client, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # created concurrently by another search with the same name
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def recipe_params(recipe_fields: dict[str, Any]) -> dict[str, str]:
+    """Every recipe field as an MLflow param (nested values as compact JSON)."""
+    out = {}
+    for key, value in recipe_fields.items():
+        if key == "measured" or value is None:
+            continue
+        out[key] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list, tuple)) else str(value)
+    return out
+
+
+def metrics(values: dict[str, float | None], step: int = 0, timestamp_ms: int | None = None) -> list:
+    from mlflow.entities import Metric
+
+    ts = timestamp_ms or int(time.time() * 1000)
+    return [Metric(k, float(v), ts, step) for k, v in values.items() if v is not None]
+
+
+def log_batch(client, run_id: str, metric_list: Iterable = (), params: dict[str, str] | None = None,
+              tags: dict[str, str] | None = None) -> None:
+    """MLflow's batch call, chunked to its limits (1000 metrics, 100 params per call)."""
+    from mlflow.entities import Param, RunTag
+
+    metric_list = list(metric_list)
+    param_list = [Param(k, v) for k, v in (params or {}).items()]
+    tag_list = [RunTag(k, redact(str(v))) for k, v in (tags or {}).items()]
+    while metric_list or param_list or tag_list:
+        client.log_batch(run_id, metrics=metric_list[:1000], params=param_list[:100], tags=tag_list[:100])
+        metric_list, param_list, tag_list = metric_list[1000:], param_list[100:], tag_list[100:]
+
+
+def eval_metrics(event: dict[str, Any]) -> list:
+    """The per-evaluation metrics of one EvalEvent (as a dict), at its optimizer step."""
+    return metrics({k: event[k] for k in EVAL_METRICS if k in event}, step=int(event["step"]))
+
+
+def final_metrics(result: dict[str, Any], objective: float | None = None) -> list:
+    values = {
+        M_TTA: result.get("tta_seconds"),
+        M_BEST_VAL_ACCURACY: result.get("best_val_accuracy"),
+        M_WALL_SECONDS: result.get("wall_seconds"),
+        M_COMPILE_SECONDS: result.get("compile_seconds"),
+        M_PEAK_MEMORY_MB: result.get("peak_memory_mb"),
+        M_OBJECTIVE: objective,
+    }
+    return metrics(values)
+
+
+def environment_tags(env: dict[str, Any]) -> dict[str, str]:
+    return {f"autospeed.env.{k}": str(v) for k, v in env.items() if v is not None}
+
+
+def log_train_run(client, experiment: str, recipe, result, recipe_yaml: str) -> str:
+    """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml."""
+    from mlflow.entities import RunStatus
+
+    run = client.create_run(experiment_id(client, experiment), tags={TAG_KIND: KIND_TRAIN},
+                            run_name=f"train-{recipe.workload.split(':')[-1]}")
+    run_id = run.info.run_id
+    per_eval = [m for event in result.history for m in eval_metrics(event)]
+    tags = {TAG_STATUS: result.status, **environment_tags(result.environment)}
+    if result.error:
+        tags[TAG_ERROR] = result.error[:500]
+    log_batch(client, run_id, per_eval + final_metrics(result.to_dict()),
+              params=recipe_params(recipe.training_fields()), tags=tags)
+    client.log_text(run_id, recipe_yaml, "recipe.yaml")
+    failed = result.status in ("failed", "oom", "diverged")
+    client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
+    return run_id

@@ -1,0 +1,161 @@
+"""The embedded workloads: mnist1d (default), digits, cifar10, synthetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from autospeed.errors import UserError
+from autospeed.workloads._cache import cached_arrays
+from autospeed.workloads.base import ConvNet, Workload
+
+
+class _MNIST1DCNN(nn.Module):
+    """The 1-D CNN of the MNIST-1D paper (Greydanus 2020): three strided convs, a linear head."""
+
+    def __init__(self, channels: int = 25, length: int = 40):
+        super().__init__()
+        self.checkpoint_blocks = nn.Sequential(
+            nn.Sequential(nn.Conv1d(1, channels, 5, stride=2, padding=1), nn.ReLU()),
+            nn.Sequential(nn.Conv1d(channels, channels, 3, stride=2, padding=1), nn.ReLU()),
+            nn.Sequential(nn.Conv1d(channels, channels, 3, stride=2, padding=1), nn.ReLU()),
+        )
+        with torch.no_grad():
+            flat = self.checkpoint_blocks(torch.zeros(1, 1, length)).numel()
+        self.head = nn.Linear(flat, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.checkpoint_blocks(x).flatten(1))
+
+
+def mnist1d(num_samples: int = 25000, train_split: float = 0.8, seed: int = 42, channels: int = 25) -> Workload:
+    """MNIST-1D (Greydanus 2020), generated locally and cached; the paper's 1-D CNN."""
+    if num_samples < 100:
+        raise UserError(f"workload_options.num_samples: mnist1d needs >= 100 samples, got {num_samples}")
+    if not 0 < train_split < 1:
+        raise UserError(f"workload_options.train_split: must be in (0, 1), got {train_split}")
+
+    def build() -> dict[str, np.ndarray]:
+        from mnist1d.data import get_dataset_args, make_dataset
+
+        args = get_dataset_args()
+        args.num_samples, args.train_split, args.seed = num_samples, train_split, seed
+        data = make_dataset(args)
+        return {"x": data["x"].astype(np.float32), "y": data["y"].astype(np.int64),
+                "x_val": data["x_test"].astype(np.float32), "y_val": data["y_test"].astype(np.int64)}
+
+    a = cached_arrays("mnist1d", {"num_samples": num_samples, "train_split": train_split, "seed": seed}, build)
+    return Workload(
+        name="mnist1d",
+        train_x=torch.tensor(np.asarray(a["x"])).unsqueeze(1), train_y=torch.tensor(np.asarray(a["y"])),
+        val_x=torch.tensor(np.asarray(a["x_val"])).unsqueeze(1), val_y=torch.tensor(np.asarray(a["y_val"])),
+        build_model=lambda: _MNIST1DCNN(channels, length=a["x"].shape[-1]),
+        num_classes=10,
+    )
+
+
+class _MLP(nn.Module):
+    def __init__(self, d_in: int, hidden: int, num_classes: int):
+        super().__init__()
+        self.checkpoint_blocks = nn.Sequential(
+            nn.Sequential(nn.Linear(d_in, hidden), nn.GELU()), nn.Sequential(nn.Linear(hidden, hidden), nn.GELU())
+        )
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.checkpoint_blocks(x.flatten(1)))
+
+
+def digits(val_fraction: float = 0.25, seed: int = 0, hidden: int = 128) -> Workload:
+    """scikit-learn's 8x8 digits (1797 images, shipped with scikit-learn); an MLP. For fast tests."""
+    from sklearn.datasets import load_digits
+
+    if not 0 < val_fraction < 1:
+        raise UserError(f"workload_options.val_fraction: must be in (0, 1), got {val_fraction}")
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x / 16.0, dtype=torch.float32)
+    y = torch.tensor(y, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    n_val = int(len(y) * val_fraction)
+    val, train = order[:n_val], order[n_val:]
+    return Workload(
+        name="digits", train_x=x[train], train_y=y[train], val_x=x[val], val_y=y[val],
+        build_model=lambda: _MLP(64, hidden, 10), num_classes=10,
+    )
+
+
+def _flip_and_crop(pad: int) -> callable:
+    def augment(x: torch.Tensor) -> torch.Tensor:
+        # Random horizontal flip and random translation by up to `pad` pixels, on the device.
+        flip = torch.rand(x.shape[0], device=x.device) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+        padded = nn.functional.pad(x, (pad, pad, pad, pad), mode="reflect")
+        dx, dy = torch.randint(0, 2 * pad + 1, (2,)).tolist()  # one shift per batch keeps it cheap
+        return padded[:, :, dy:dy + x.shape[2], dx:dx + x.shape[3]]
+
+    return augment
+
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR_STD = (0.2470, 0.2435, 0.2616)
+
+
+def cifar10(data_dir: str = "", download: bool = False, widths: tuple[int, ...] = (64, 256, 256, 256)) -> Workload:
+    """CIFAR-10 from a local folder (torchvision layout); an airbench-style ConvNet with flip+crop."""
+    from torchvision.datasets import CIFAR10
+
+    if not data_dir:
+        raise UserError("workload_options.data_dir: cifar10 needs the folder holding cifar-10-batches-py; "
+                        "set data_dir (or download: true where a network exists)")
+    root = Path(data_dir).expanduser()
+    try:
+        train = CIFAR10(str(root), train=True, download=download)
+        val = CIFAR10(str(root), train=False, download=download)
+    except RuntimeError as e:
+        raise UserError(
+            f"workload_options.data_dir: no CIFAR-10 data in {root} ({str(e).splitlines()[0]}); "
+            f"put the extracted cifar-10-batches-py folder there (from https://www.cs.toronto.edu/~kriz/cifar.html) "
+            f"or set download: true where a network exists"
+        ) from None
+    except OSError as e:
+        raise UserError(f"workload_options.data_dir: cannot download CIFAR-10 into {root} ({e}); "
+                        f"fetch it elsewhere and copy cifar-10-batches-py there") from None
+    mean = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR_STD).view(1, 3, 1, 1)
+
+    def tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.tensor(ds.data).permute(0, 3, 1, 2).float().div_(255)
+        return (x - mean) / std, torch.tensor(ds.targets, dtype=torch.int64)
+
+    (tx, ty), (vx, vy) = tensors(train), tensors(val)
+    return Workload(name="cifar10", train_x=tx, train_y=ty, val_x=vx, val_y=vy,
+                    build_model=lambda: ConvNet(3, tuple(widths), 10), num_classes=10,
+                    augment=_flip_and_crop(2), images=True)
+
+
+def synthetic(num_samples: int = 10000, image_size: int = 32, channels: int = 3, num_classes: int = 10,
+              noise: float = 4.0, seed: int = 0, widths: tuple[int, ...] = (64, 128, 256)) -> Workload:
+    """Learnable synthetic images: per-class random prototypes plus Gaussian noise.
+
+    For throughput and scale checks, on GPUs especially: size and count are free.
+    """
+    for key, value in {"num_samples": num_samples, "image_size": image_size, "channels": channels}.items():
+        if value < 1:
+            raise UserError(f"workload_options.{key}: must be >= 1, got {value}")
+    if num_classes < 2:
+        raise UserError(f"workload_options.num_classes: must be >= 2, got {num_classes}")
+    g = torch.Generator().manual_seed(seed)
+    prototypes = torch.randn(num_classes, channels, image_size, image_size, generator=g)
+    n_val = max(num_classes, num_samples // 5)
+
+    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, num_classes, (n,), generator=g)
+        return prototypes[y] + noise * torch.randn(n, channels, image_size, image_size, generator=g), y
+
+    (tx, ty), (vx, vy) = make(num_samples), make(n_val)
+    return Workload(name="synthetic", train_x=tx, train_y=ty, val_x=vx, val_y=vy,
+                    build_model=lambda: ConvNet(channels, tuple(widths), num_classes), num_classes=num_classes,
+                    augment=None, images=True)

@@ -1,0 +1,65 @@
+"""Find a workload by built-in name or `package.module:factory` and build it."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable
+
+from autospeed.errors import UserError
+from autospeed.workloads import _builtin
+from autospeed.workloads.base import Workload
+
+BUILTIN: dict[str, Callable[..., Workload]] = {
+    "mnist1d": _builtin.mnist1d,
+    "digits": _builtin.digits,
+    "cifar10": _builtin.cifar10,
+    "synthetic": _builtin.synthetic,
+}
+
+
+def describe() -> list[tuple[str, str]]:
+    """(name, one-line description) of each built-in workload."""
+    return [(name, inspect.getdoc(f).splitlines()[0]) for name, f in BUILTIN.items()]
+
+
+def resolve_factory(spec: str) -> Callable[..., Workload]:
+    """The factory for a built-in name or a `package.module:factory` plugin path."""
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    if ":" not in spec:
+        raise UserError(f"workload: unknown workload '{spec}'; use one of {', '.join(BUILTIN)} "
+                        f"or a plugin as 'package.module:factory' (`autospeed workloads` lists them)")
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # a plugin is user code: any import error is bad input
+        raise UserError(f"workload: plugin module '{module_name}' does not import ({type(e).__name__}: {e}); "
+                        f"check the name and that its folder is on PYTHONPATH") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UserError(f"workload: '{module_name}' has no callable '{attr}'; point at the factory function "
+                        f"that returns an autospeed.workloads.Workload")
+    return factory
+
+
+def check_options(spec: str, options: dict[str, Any]) -> None:
+    """Reject workload_options the factory does not take, before anything runs."""
+    factory = resolve_factory(spec)
+    params = inspect.signature(factory).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    for key in options:
+        if key not in params:
+            raise UserError(f"workload_options.{key}: unknown option for workload '{spec}'; "
+                            f"allowed: {', '.join(params) or 'none'}")
+
+
+def load_workload(spec: str, options: dict[str, Any] | None = None) -> Workload:
+    options = dict(options or {})
+    check_options(spec, options)
+    workload = resolve_factory(spec)(**options)
+    if not isinstance(workload, Workload):
+        raise UserError(f"workload: '{spec}' returned {type(workload).__name__}, not an "
+                        f"autospeed.workloads.Workload; return one from the factory")
+    return workload
