@@ -78,6 +78,73 @@ def cmd_train(args) -> int:
     return EXIT_FAILURE if result.status in ("failed", "oom", "diverged") else EXIT_OK
 
 
+# ---------------------------------------------------------------- search
+def cmd_search(args) -> int:
+    from pathlib import Path
+
+    from autospeed import results as res
+    from autospeed import tracking
+    from autospeed.export import best_recipe_yaml
+    from autospeed.search import run_search
+    from autospeed.space import load_spec
+    from autospeed.yamlio import write_atomic
+
+    spec = load_spec(args.space)
+    if args.trials is not None and args.trials < 1:
+        raise UserError(f"--trials: must be >= 1, got {args.trials}")
+    if args.name:
+        spec = spec.model_copy(update={"name": args.name})
+    outcome = run_search(spec, Path(args.space).read_text(), args.space, trials=args.trials,
+                         tracking_uri=args.tracking_uri, storage_path=args.storage_path,
+                         ray_address=args.ray_address, resume=args.resume, seed=args.seed, verbose=args.verbose)
+    rows = outcome.rows
+    print()
+    print(res.format_leaderboard(rows))
+    summary = res.summary_metrics(rows)
+    uri = tracking.resolve_tracking_uri(args.tracking_uri)
+    client = tracking.connect(uri)
+    if summary[tracking.M_BEST_TTA] is not None:
+        sp = summary[tracking.M_SPEEDUP]
+        base = summary[tracking.M_BASELINE_TTA]
+        print(f"\nbest TTA {summary[tracking.M_BEST_TTA]:.2f} s (train clock)"
+              + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
+        text, _ = best_recipe_yaml(client, spec.name)
+        best_path = write_atomic(outcome.experiment_dir / "best.yaml", text)
+        client.log_artifact(outcome.parent_run_id, str(best_path))
+        print(f"best recipe: {best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
+    else:
+        print("\nno trial reached the target")
+    print(f"search took {outcome.wall_seconds:.1f} s wall; compare trials: mlflow ui --backend-store-uri "
+          f"{tracking.redact(uri)}  (or: autospeed ui)")
+    if outcome.stop_reason:
+        _err(f"search stopped: {outcome.stop_reason}")
+        return EXIT_FAILURE
+    if outcome.interrupted:
+        print(f"interrupted; continue with: autospeed search --space {args.space} --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from autospeed import tracking
+    from autospeed.export import export
+
+    client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    path, best = export(client, args.name, args.out)
+    tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else "-"
+    print(f"wrote {path}: trial {best.trial_id}, TTA {tta}; train it with: autospeed train --config {path}")
+    return EXIT_OK
+
+
+def cmd_validate(args) -> int:
+    from autospeed.space import load_spec
+
+    spec = load_spec(args.space)
+    print(f"{args.space}: ok ({spec.name}: {len(spec.space)} parameters, {spec.budget.trials} trials, "
+          f"workload {spec.workload})")
+    return EXIT_OK
+
+
 def cmd_workloads(args) -> int:
     from autospeed.workloads import describe
 
@@ -100,6 +167,29 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
     t.add_argument("--json", action="store_true", help="print the result object as JSON on stdout")
     t.set_defaults(func=cmd_train)
+
+    uri_help = "MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"
+    s = sub.add_parser("search", help="search for the recipe that reaches the target fastest")
+    s.add_argument("--space", required=True, help="search-space YAML (e.g. search_spaces/fast.yaml)")
+    s.add_argument("--trials", type=int, help="number of trials (default: budget.trials)")
+    s.add_argument("--name", help="search name = MLflow experiment (default: the file's name)")
+    s.add_argument("--tracking-uri", help=uri_help)
+    s.add_argument("--storage-path", help="where Ray keeps the experiment (default: ./autospeed_results)")
+    s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
+    s.add_argument("--resume", action="store_true", help="continue the latest interrupted search of this name")
+    s.add_argument("--seed", type=int, help="sampler seed (default: sampler.seed)")
+    s.add_argument("--verbose", action="store_true", help="show Ray's own output")
+    s.set_defaults(func=cmd_search)
+
+    e = sub.add_parser("export", help="write the best reached trial as a recipe")
+    e.add_argument("--name", required=True, help="the search's name")
+    e.add_argument("--tracking-uri", help=uri_help)
+    e.add_argument("--out", default="best.yaml", help="output recipe (default: best.yaml)")
+    e.set_defaults(func=cmd_export)
+
+    v = sub.add_parser("validate", help="check a search-space file without running it")
+    v.add_argument("--space", required=True)
+    v.set_defaults(func=cmd_validate)
 
     w = sub.add_parser("workloads", help="list the built-in workloads")
     w.set_defaults(func=cmd_workloads)

@@ -58,6 +58,7 @@ def redact(text: str) -> str:
 
 def quiet_mlflow() -> None:
     """MLflow's SQL store logs schema migrations at INFO on first use; users did not ask for that."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store.sql"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -158,8 +159,14 @@ def final_metrics(result: dict[str, Any], objective: float | None = None) -> lis
     return metrics(values)
 
 
+TAG_ENVIRONMENT = "autospeed.environment"  # the whole environment as JSON
+
+
 def environment_tags(env: dict[str, Any]) -> dict[str, str]:
-    return {f"autospeed.env.{k}": str(v) for k, v in env.items() if v is not None}
+    """The environment as one JSON tag (exact) and one tag per field (for the MLflow UI's columns)."""
+    tags = {f"autospeed.env.{k}": str(v) for k, v in env.items() if v is not None}
+    tags[TAG_ENVIRONMENT] = json.dumps(env, sort_keys=True)
+    return tags
 
 
 def log_train_run(client, experiment: str, recipe, result, recipe_yaml: str) -> str:

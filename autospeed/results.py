@@ -1,0 +1,172 @@
+"""Read a search back from MLflow: its parent run, its trials, the leaderboard.
+
+The MLflow store is the one source of truth for finished work: the search's
+final summary, `autospeed export` and `autospeed report` all read it here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from autospeed import tracking as t
+from autospeed.errors import RunFailure
+
+KEY_KNOBS = ("batch_size", "accumulation_steps", "lr", "schedule", "precision", "compile", "optimizer")
+INFEASIBLE = ("oom", "diverged", "failed")
+
+
+def objective(status: str, tta_seconds: float | None, best_val_accuracy: float, target: float,
+              max_train_seconds: float) -> float:
+    """The censored objective Optuna minimises (DESIGN.md "The objective Optuna sees").
+
+    reached: TTA; not (yet) reached: a penalty above every reached TTA that
+    shrinks as accuracy nears the target; infeasible: 3x the budget.
+    """
+    if status in INFEASIBLE:
+        return 3.0 * max_train_seconds
+    if tta_seconds is not None:
+        return float(tta_seconds)
+    gap = max(0.0, target - best_val_accuracy) / target
+    return max_train_seconds * (1.0 + gap)
+
+
+@dataclass
+class TrialRow:
+    run_id: str
+    trial_id: str
+    kind: str
+    baseline: bool
+    status: str
+    tta_seconds: float | None
+    best_val_accuracy: float | None
+    objective: float | None
+    wall_seconds: float | None
+    params: dict[str, str]
+    start_ms: int = 0
+    error: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def reached(self) -> bool:
+        return self.status == "reached" and self.tta_seconds is not None
+
+    def knobs(self) -> str:
+        return " ".join(f"{k}={_short(self.params[k])}" for k in KEY_KNOBS if k in self.params)
+
+
+def _short(value: str) -> str:
+    try:
+        f = float(value)
+        if not value.isdigit() and math.isfinite(f):
+            return f"{f:.3g}"
+    except ValueError:
+        pass
+    return value
+
+
+def find_parent(client, name: str, search_id: str | None = None):
+    """The search's parent run: by search id, else the most recent search named `name`."""
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        raise RunFailure(f"no search named '{name}' in this tracking store; check --name and --tracking-uri")
+    flt = f"tags.`{t.TAG_KIND}` = '{t.KIND_SEARCH}'"
+    if search_id:
+        flt += f" and tags.`{t.TAG_SEARCH_ID}` = '{search_id}'"
+    runs = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise RunFailure(f"experiment '{name}' holds no autospeed search run; run `autospeed search` first")
+    return runs[0]
+
+
+def child_runs(client, parent) -> list:
+    flt = f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}'"
+    out, token = [], None
+    while True:
+        page = client.search_runs([parent.info.experiment_id], flt, max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def trial_rows(client, parent, kind: str = t.KIND_TRIAL) -> list[TrialRow]:
+    rows = []
+    for run in child_runs(client, parent):
+        tags, m = run.data.tags, run.data.metrics
+        if tags.get(t.TAG_KIND) != kind:
+            continue
+        rows.append(TrialRow(
+            run_id=run.info.run_id, trial_id=tags.get(t.TAG_TRIAL_ID, ""), kind=kind,
+            baseline=tags.get(t.TAG_BASELINE) == "true", status=tags.get(t.TAG_STATUS, "running"),
+            tta_seconds=m.get(t.M_TTA), best_val_accuracy=m.get(t.M_BEST_VAL_ACCURACY),
+            objective=m.get(t.M_OBJECTIVE), wall_seconds=m.get(t.M_WALL_SECONDS),
+            params=dict(run.data.params), start_ms=run.info.start_time or 0,
+            error=tags.get(t.TAG_ERROR), metrics=dict(m),
+        ))
+    return rows
+
+
+def ranked(rows: list[TrialRow]) -> list[TrialRow]:
+    """Reached trials by TTA, then the rest by objective (closer to target first)."""
+    return sorted(rows, key=lambda r: (not r.reached, r.tta_seconds if r.reached else (r.objective or math.inf)))
+
+
+def baseline_of(rows: list[TrialRow]) -> TrialRow | None:
+    return next((r for r in rows if r.baseline), None)
+
+
+def speedup(baseline: TrialRow | None, best: TrialRow | None) -> float | None:
+    if baseline is None or best is None or not baseline.reached or not best.reached or not best.tta_seconds:
+        return None
+    return baseline.tta_seconds / best.tta_seconds
+
+
+def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
+    """A plain-text table of the top trials and the baseline."""
+    order = ranked(rows)
+    base = baseline_of(rows)
+    shown = order[:top]
+    if base is not None and base not in shown:
+        shown.append(base)
+    lines = [f"{'#':>3}  {'trial':<14} {'status':<13} {'TTA s':>8} {'best acc':>8} {'vs base':>8}  knobs"]
+    for i, r in enumerate(shown, 1):
+        tta = f"{r.tta_seconds:.2f}" if r.reached else "-"
+        acc = f"{r.best_val_accuracy:.4f}" if r.best_val_accuracy is not None else "-"
+        sp = speedup(base, r)
+        vs = f"{sp:.2f}x" if sp else "-"
+        label = "baseline" if r.baseline else r.trial_id[-14:]
+        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13} {tta:>8} {acc:>8} {vs:>8}  {r.knobs()}")
+    return "\n".join(lines)
+
+
+def leaderboard_csv(rows: list[TrialRow]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    knob_names = sorted({k for r in rows for k in r.params})
+    w = csv.writer(buf)
+    w.writerow(["rank", "trial_id", "run_id", "baseline", "status", "tta_seconds", "best_val_accuracy",
+                "objective", "wall_seconds", *knob_names])
+    for i, r in enumerate(ranked(rows), 1):
+        w.writerow([i, r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds, r.best_val_accuracy,
+                    r.objective, r.wall_seconds, *[r.params.get(k, "") for k in knob_names]])
+    return buf.getvalue()
+
+
+def summary_metrics(rows: list[TrialRow]) -> dict[str, Any]:
+    order = ranked(rows)
+    best = order[0] if order and order[0].reached else None
+    base = baseline_of(rows)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return {
+        t.M_BEST_TTA: best.tta_seconds if best else None,
+        t.M_BASELINE_TTA: base.tta_seconds if base and base.reached else None,
+        t.M_SPEEDUP: speedup(base, best),
+        "trials_total": len(rows),
+        **{f"trials_{s}": n for s, n in counts.items()},
+    }

@@ -1,0 +1,473 @@
+"""The search: Ray Tune schedules trials, Optuna's TPE picks recipes, ASHA stops
+weak trials, MLflow records every trial (DESIGN.md "Data flow").
+
+Layout on disk, per search:
+    <storage_path>/<name>/<search_id>/            Ray Tune experiment (Tuner.restore reads it)
+    <storage_path>/<name>/<search_id>/optuna.db   Optuna study (optuna.load_study / optuna-dashboard)
+    <storage_path>/<name>/<search_id>/autospeed_search.json   search id, parent run, space
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autospeed import results as res
+from autospeed import tracking as t
+from autospeed.errors import RunFailure, UserError
+from autospeed.space import SearchSpec
+from autospeed.yamlio import write_atomic
+
+STATE_FILE = "autospeed_search.json"
+FINAL = "final"  # key of the last report of a trial that ended on its own
+
+
+# ------------------------------------------------------------------ trainable
+_WORKLOADS: dict[str, Any] = {}  # per actor process: reused actors skip even the memory-mapped load
+
+
+def _trainable(config: dict[str, Any], spec_json: str, threads: int) -> None:
+    """The thin Ray adapter: config -> Recipe -> trainer, evaluations -> tune.report."""
+    from ray import tune
+
+    from autospeed.trainer import train
+    from autospeed.workloads import load_workload
+
+    spec = SearchSpec.model_validate_json(spec_json)
+    params = {k: v for k, v in config.items() if k != "baseline"}
+    recipe = spec.recipe_for(params, baseline=config.get("baseline", False))
+    key = json.dumps([recipe.workload, recipe.workload_options], sort_keys=True)
+    if key not in _WORKLOADS:
+        _WORKLOADS.clear()
+        _WORKLOADS[key] = load_workload(recipe.workload, recipe.workload_options)
+    target, budget = recipe.target_accuracy, recipe.max_train_seconds
+
+    def on_eval(e) -> None:
+        tta = e.train_seconds if e.reached else None
+        tune.report({
+            "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds, "val_accuracy": e.val_accuracy,
+            "best_val_accuracy": e.best_val_accuracy, "train_loss": e.train_loss,
+            "samples_per_second": e.samples_per_second, FINAL: False,
+            "objective": res.objective("running", tta, e.best_val_accuracy, target, budget),
+        })
+
+    r = train(recipe, _WORKLOADS[key], on_eval=on_eval, num_threads=threads)
+    tune.report({
+        FINAL: True, "status": r.status, "step": r.steps, "train_seconds": r.train_seconds,
+        "val_accuracy": r.best_val_accuracy, "best_val_accuracy": r.best_val_accuracy,
+        "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
+        "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second,
+        "objective": res.objective(r.status, r.tta_seconds, r.best_val_accuracy, target, budget),
+        "error": r.error or "", "applied": json.dumps(r.applied), "environment": json.dumps(r.environment),
+        "recipe_yaml": recipe.to_yaml(),
+    })
+
+
+# ------------------------------------------------------------------ tracking callback
+def _tune_callback_base():
+    from ray.tune import Callback
+
+    return Callback
+
+
+class _Tracker:
+    """Ray Tune callback (driver side): one MLflow child run per trial.
+
+    Child runs are found again by trial id after a resume, so a trial never gets two.
+    """
+
+    def __init__(self, client, experiment_id: str, parent_run_id: str, search_id: str, spec: SearchSpec,
+                 total: int, console):
+        self.client, self.experiment_id, self.parent = client, experiment_id, parent_run_id
+        self.search_id, self.spec, self.total, self.console = search_id, spec, total, console
+        self.runs: dict[str, str] = {}
+        self.finished: dict[str, dict[str, Any]] = {}
+        self.errors_in_a_row: list[str] = []
+        self.stop_reason: str | None = None
+        for run in res.child_runs(client, client.get_run(parent_run_id)):
+            if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
+                self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
+
+    def _recipe_fields(self, trial) -> dict[str, Any]:
+        cfg = trial.config
+        params = {k: v for k, v in cfg.items() if k != "baseline"}
+        return self.spec.recipe_for(params, baseline=cfg.get("baseline", False)).training_fields()
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        from mlflow.entities import RunStatus
+
+        baseline = bool(trial.config.get("baseline"))
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            index = int(trial.trial_id.rsplit("_", 1)[-1]) if "_" in trial.trial_id else len(self.runs)
+            run = self.client.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
+                                         tags={t.TAG_PARENT: self.parent, t.TAG_SEARCH_ID: self.search_id,
+                                               t.TAG_TRIAL_ID: trial.trial_id, t.TAG_KIND: t.KIND_TRIAL,
+                                               t.TAG_BASELINE: str(baseline).lower()})
+            run_id = self.runs[trial.trial_id] = run.info.run_id
+            t.log_batch(self.client, run_id, params=t.recipe_params(self._recipe_fields(trial)))
+        else:  # resumed: the same run continues
+            self.client.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
+        self.client.set_tag(run_id, t.TAG_STATUS, "running")
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        if result.get(FINAL) is False:
+            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result))
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        last = trial.last_result or {}
+        if last.get(FINAL):
+            status = last["status"]
+        elif last.get("train_seconds", 0.0) >= self.spec.budget.max_train_seconds:
+            status = "not_reached"  # ASHA's max_t ended it at the budget, a moment before the trainer would
+        else:
+            status = "stopped_early"  # ASHA stopped it at a rung
+        self._finish(trial, status, last, last.get("error") or None)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        message = "trial process failed"
+        if getattr(trial, "error_file", None) and os.path.exists(trial.error_file):
+            lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
+            message = lines[-1] if lines else message
+        self._finish(trial, "failed", trial.last_result or {}, message)
+
+    def _finish(self, trial, status: str, last: dict[str, Any], error: str | None) -> None:
+        from mlflow.entities import RunStatus
+
+        run_id = self.runs[trial.trial_id]
+        target, budget = self.spec.target_accuracy, self.spec.budget.max_train_seconds
+        best = last.get("best_val_accuracy", 0.0) or 0.0
+        tta = last.get("tta_seconds") if status == "reached" else None
+        final = {
+            "tta_seconds": tta, "best_val_accuracy": best, "wall_seconds": last.get("wall_seconds"),
+            "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb"),
+        }
+        objective = res.objective(status, tta, best, target, budget)
+        tags = {t.TAG_STATUS: status}
+        if error:
+            tags[t.TAG_ERROR] = error[:500]
+        if last.get("environment"):
+            tags.update(t.environment_tags(json.loads(last["environment"])))
+        if last.get("applied"):
+            tags["autospeed.applied"] = last["applied"]
+        t.log_batch(self.client, run_id, t.final_metrics(final, objective), tags=tags)
+        if last.get("recipe_yaml"):
+            self.client.log_text(run_id, last["recipe_yaml"], "recipe.yaml")
+        else:
+            from autospeed.recipe import Recipe
+
+            self.client.log_text(run_id, Recipe(**self._recipe_fields(trial)).to_yaml(), "recipe.yaml")
+        failed = status in res.INFEASIBLE
+        self.client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
+        self.finished[trial.trial_id] = {"status": status, "tta": tta, "baseline": bool(trial.config.get("baseline")),
+                                         "config": trial.config}
+        self._progress(trial, status, tta, best)
+        # The same error N trials in a row means the search is broken, not the recipes.
+        if status in res.INFEASIBLE and error:
+            self.errors_in_a_row.append(error)
+        else:
+            self.errors_in_a_row.clear()
+        if (len(self.errors_in_a_row) >= self.spec.max_consecutive_errors
+                and len(set(self.errors_in_a_row[-self.spec.max_consecutive_errors:])) == 1):
+            self.stop_reason = (f"the last {self.spec.max_consecutive_errors} trials failed with the same "
+                                f"error: {self.errors_in_a_row[-1]}")
+
+    def _progress(self, trial, status: str, tta: float | None, best: float) -> None:
+        done = len(self.finished)
+        base = next((f for f in self.finished.values() if f["baseline"]), None)
+        reached = [f["tta"] for f in self.finished.values() if f["tta"] is not None]
+        best_tta = min(reached) if reached else None
+        what = "baseline" if trial.config.get("baseline") else trial.trial_id
+        tta_s = f"TTA {tta:.2f} s" if tta is not None else f"best acc {best:.4f}"
+        line = f"[{done}/{self.total}] {what}: {status}, {tta_s}"
+        if best_tta is not None:
+            line += f" | best TTA {best_tta:.2f} s"
+            if base and base["tta"]:
+                line += f" ({base['tta'] / best_tta:.2f}x vs baseline)"
+        print(line, file=self.console, flush=True)
+
+
+def _make_tracker(*args, **kwargs):
+    """A _Tracker that is also a ray.tune.Callback (Ray is imported lazily)."""
+    cls = type("MlflowTrialTracker", (_Tracker, _tune_callback_base()), {})
+    return cls(*args, **kwargs)
+
+
+class _ConsecutiveErrorStopper:
+    """ray.tune Stopper that ends the whole search when the tracker says so."""
+
+    def __init__(self, tracker: _Tracker):
+        self.tracker = tracker
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.tracker.stop_reason is not None
+
+
+# ------------------------------------------------------------------ orchestration
+@dataclass
+class SearchOutcome:
+    name: str
+    search_id: str
+    parent_run_id: str
+    experiment_dir: Path
+    rows: list[res.TrialRow]
+    interrupted: bool
+    stop_reason: str | None
+    wall_seconds: float
+
+
+def _quiet_ray() -> None:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls home
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no CSV/JSON/TensorBoard loggers
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "100")
+    # Save Tune's experiment state after every event, so a killed search loses no finished trial.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    for name in ("ray", "ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="ray")
+
+
+def _start_ray(address: str | None, verbose: bool) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs = dict(include_dashboard=False, log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.ERROR,
+                  configure_logging=True)
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(**kwargs)
+    except (ConnectionError, TimeoutError, RuntimeError) as e:
+        where = address or "a local Ray instance"
+        raise RunFailure(f"cannot start or join Ray at {where} ({str(e).splitlines()[0][:200]}); "
+                         f"check --ray-address or that `ray start` runs there") from None
+
+
+def _resources(spec: SearchSpec) -> tuple[dict[str, float], int, int]:
+    """(per-trial resources, concurrent trials, torch threads per trial)."""
+    import ray
+
+    cluster = ray.cluster_resources()
+    gpus = spec.resources.gpus_per_trial
+    if gpus:
+        cpus = spec.resources.cpus_per_trial or 4
+        concurrent = spec.resources.max_concurrent_trials or max(1, int(cluster.get("GPU", 0) // gpus))
+        if cluster.get("GPU", 0) < gpus:
+            raise RunFailure(f"resources.gpus_per_trial is {gpus} but Ray sees {int(cluster.get('GPU', 0))} GPUs; "
+                             f"set gpus_per_trial: 0 for a CPU search or join a cluster with GPUs")
+    else:
+        cpus = spec.resources.cpus_per_trial or max(1, int(cluster.get("CPU", 1)))
+        concurrent = spec.resources.max_concurrent_trials or 1
+    return {"cpu": cpus, "gpu": gpus}, concurrent, cpus
+
+
+def _make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurrent: int, seed: int):
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if spec.sampler.kind == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=spec.sampler.n_startup_trials, multivariate=True,
+                group=spec.has_conditions, constant_liar=concurrent > 1)
+    storage = optuna.storages.RDBStorage(storage_url)
+    return OptunaSearch(space=spec.define_by_run, metric="objective", mode="min", sampler=sampler,
+                        study_name=study_name, storage=storage)
+
+
+def _make_scheduler(spec: SearchSpec):
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+    if not spec.asha.enabled:
+        return FIFOScheduler()
+
+    class KeepBaselineASHA(ASHAScheduler):
+        """ASHA that records the baseline at every rung but never stops it: the
+        speed-up needs the baseline's full TTA as its reference."""
+
+        def on_trial_result(self, tune_controller, trial, result):
+            decision = super().on_trial_result(tune_controller, trial, result)
+            if trial.config.get("baseline") and result.get("train_seconds", 0.0) < self._max_t:
+                return TrialScheduler.CONTINUE
+            return decision
+
+    return KeepBaselineASHA(time_attr="train_seconds", metric="val_accuracy", mode="max",
+                         max_t=spec.budget.max_train_seconds, grace_period=spec.asha.grace_seconds,
+                         reduction_factor=spec.asha.reduction_factor)
+
+
+def search_root(storage_path: str | None, name: str) -> Path:
+    return Path(storage_path or "autospeed_results").expanduser().resolve() / name
+
+
+def latest_search_dir(storage_path: str | None, name: str) -> Path | None:
+    root = search_root(storage_path, name)
+    states = sorted(root.glob(f"*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime)
+    return states[-1].parent if states else None
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changed_keys(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: int | None = None,
+               tracking_uri: str | None = None, storage_path: str | None = None, ray_address: str | None = None,
+               resume: bool = False, seed: int | None = None, verbose: bool = False, console=sys.stdout) -> SearchOutcome:
+    """Run (or resume) a search. Returns when all trials ended or the search was interrupted."""
+    from mlflow.entities import RunStatus
+
+    wall_start = time.perf_counter()
+    uri = t.resolve_tracking_uri(tracking_uri)
+    client = t.connect(uri)
+    name = spec.name
+    seed = spec.sampler.seed if seed is None else seed
+    total = trials or spec.budget.trials
+    root = search_root(storage_path, name)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise RunFailure(f"--storage-path: cannot write to {root} ({e.strerror}); pick a writable folder") from None
+
+    spec_dump = spec.model_dump(mode="json")
+    if resume:
+        exp_dir = latest_search_dir(storage_path, name)
+        if exp_dir is None:
+            raise UserError(f"--resume: no earlier search named '{name}' under {root}; run without --resume")
+        state = json.loads((exp_dir / STATE_FILE).read_text())
+        changed = _changed_keys(state["spec"], spec_dump)
+        if changed:
+            raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
+                            f"restore those keys to resume, or start a new search without --resume")
+        search_id, parent_id, total = state["search_id"], state["parent_run_id"], state["trials"]
+        client.update_run(parent_id, RunStatus.to_string(RunStatus.RUNNING))
+    else:
+        search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        exp_dir = root / search_id
+        exp_dir.mkdir(parents=True)
+        parent = client.create_run(t.experiment_id(client, name), run_name=f"search-{search_id}",
+                                   tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id})
+        parent_id = parent.info.run_id
+        flat = _flatten(spec_dump)
+        flat["trials"] = total
+        flat["sampler.seed"] = seed
+        t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items()})
+        client.log_text(parent_id, space_text, Path(space_path).name)
+        write_atomic(exp_dir / STATE_FILE, json.dumps({
+            "search_id": search_id, "parent_run_id": parent_id, "name": name, "space_path": str(space_path),
+            "spec": spec_dump, "trials": total, "seed": seed}, indent=2))
+
+    print(f"search '{name}' ({search_id}): {total} trials of {spec.workload}, target {spec.target_accuracy}, "
+          f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
+
+    # The dataset is prepared once per search, before any trial (cached on disk).
+    from autospeed.workloads import load_workload
+
+    load_workload(spec.workload, spec.workload_options)
+
+    _quiet_ray()
+    _start_ray(ray_address, verbose)
+    from ray import tune
+
+    resources, concurrent, threads = _resources(spec)
+    experiment_id = client.get_run(parent_id).info.experiment_id
+    tracker = _make_tracker(client, experiment_id, parent_id, search_id, spec, total, console)
+    trainable = tune.with_resources(
+        tune.with_parameters(_trainable, spec_json=spec.model_dump_json(), threads=threads), resources)
+    from ray.tune import Stopper
+
+    stopper = type("ConsecutiveErrorStopper", (_ConsecutiveErrorStopper, Stopper), {})(tracker)
+
+    interrupted = False
+    try:
+        if resume and tune.Tuner.can_restore(str(exp_dir)):
+            tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                       resume_errored=False, restart_errored=False)
+            _reattach(tuner, tracker, stopper, verbose)
+        else:
+            searcher = _make_searcher(spec, f"sqlite:///{exp_dir / 'optuna.db'}", name, concurrent, seed)
+            tuner = tune.Tuner(
+                trainable,
+                tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_make_scheduler(spec), num_samples=total,
+                                            max_concurrent_trials=concurrent, reuse_actors=True),
+                run_config=tune.RunConfig(name=search_id, storage_path=str(root), verbose=2 if verbose else 0,
+                                          callbacks=[tracker], stop=stopper,
+                                          failure_config=tune.FailureConfig(max_failures=0),
+                                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+            )
+        tuner.fit()
+    except KeyboardInterrupt:
+        interrupted = True
+
+    rows = res.trial_rows(client, client.get_run(parent_id))
+    unfinished = len(rows) < total or any(r.status in ("running",) for r in rows)
+    interrupted = interrupted or (unfinished and tracker.stop_reason is None)
+    _finish_parent(client, parent_id, rows, interrupted, tracker.stop_reason)
+    return SearchOutcome(name, search_id, parent_id, exp_dir, rows, interrupted, tracker.stop_reason,
+                         time.perf_counter() - wall_start)
+
+
+def _reattach(tuner, tracker, stopper, verbose: bool) -> None:
+    """A restored Tuner keeps its pickled callbacks; point it at this process's tracker."""
+    run_config = tuner._local_tuner._run_config
+    run_config.callbacks = [tracker]
+    run_config.stop = stopper
+    run_config.verbose = 2 if verbose else 0
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and prefix.count(".") < 1 and k != "workload_options":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, (dict, list)) else v
+    return out
+
+
+def _finish_parent(client, parent_id: str, rows: list[res.TrialRow], interrupted: bool,
+                   stop_reason: str | None) -> None:
+    from mlflow.entities import RunStatus
+
+    # Child runs left RUNNING (a killed trial) are marked KILLED, never left lying.
+    for r in rows:
+        if r.status == "running":
+            client.set_tag(r.run_id, t.TAG_STATUS, "killed")
+            client.set_terminated(r.run_id, RunStatus.to_string(RunStatus.KILLED))
+            r.status = "killed"
+    summary = res.summary_metrics(rows)
+    t.log_batch(client, parent_id, t.metrics({k: v for k, v in summary.items() if v is not None}))
+    client.log_text(parent_id, res.leaderboard_csv(rows), "leaderboard.csv")
+    if stop_reason:
+        client.set_tag(parent_id, t.TAG_ERROR, stop_reason[:500])
+    status = RunStatus.KILLED if interrupted else RunStatus.FAILED if stop_reason else RunStatus.FINISHED
+    client.set_terminated(parent_id, RunStatus.to_string(status))

@@ -1,0 +1,207 @@
+"""The search-space file: one validated schema and the Optuna define-by-run space.
+
+A trial's recipe is built in layers: the file's workload/target/budget, then
+`fixed`, then either `baseline` (trial 0) or the sampled parameters. Every layer
+is validated as a Recipe on load, so an impossible value fails before Ray starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autospeed.errors import UserError
+from autospeed.recipe import KNOB_FIELDS, Recipe
+from autospeed.validation import key_path, raise_user_error
+from autospeed.workloads import check_options
+from autospeed.yamlio import load_yaml
+
+# Recipe fields the file sets at the top level, not per parameter.
+_TOP_LEVEL = ("workload", "workload_options", "target_accuracy", "max_train_seconds")
+SEARCHABLE = tuple(f for f in KNOB_FIELDS if f not in _TOP_LEVEL)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Param(_Strict):
+    """One searched knob: exactly one of choice / uniform / loguniform / int, and an optional `when`."""
+
+    choice: list[Any] | None = None
+    uniform: tuple[float, float] | None = None
+    loguniform: tuple[float, float] | None = None
+    int: tuple[int, int] | None = None
+    log: bool = False  # for `int`: sample on a log scale
+    when: dict[str, list[Any]] | None = None  # sample only when these parameters take one of these values
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Param":
+        kinds = [k for k in ("choice", "uniform", "loguniform", "int") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"give exactly one of choice, uniform, loguniform, int (got {kinds or 'none'})")
+        if self.choice is not None and not self.choice:
+            raise ValueError("empty choice list; give at least one value")
+        for kind in ("uniform", "loguniform", "int"):
+            bounds = getattr(self, kind)
+            if bounds is not None and not bounds[0] < bounds[1]:
+                raise ValueError(f"`low < high` must hold, but got (low={bounds[0]}, high={bounds[1]}); swap or widen")
+        if self.loguniform is not None and self.loguniform[0] <= 0:
+            raise ValueError(f"loguniform needs low > 0, got {self.loguniform[0]}; use uniform or a positive low")
+        if self.int is not None and self.log and self.int[0] <= 0:
+            raise ValueError(f"a log int range needs low >= 1, got {self.int[0]}")
+        return self
+
+    def kind(self) -> str:
+        return next(k for k in ("choice", "uniform", "loguniform", "int") if getattr(self, k) is not None)
+
+    def edge_values(self) -> list[Any]:
+        """Values that must all be valid for the knob: every choice, or both bounds."""
+        return list(getattr(self, self.kind()))
+
+
+class Budget(_Strict):
+    trials: int = Field(24, ge=1)
+    max_train_seconds: float = Field(30.0, gt=0)  # per trial, train clock
+
+
+class Asha(_Strict):
+    enabled: bool = True
+    grace_seconds: float = Field(2.0, gt=0)  # first rung, train clock
+    reduction_factor: float = Field(3.0, gt=1)
+
+
+class Sampler(_Strict):
+    kind: Literal["tpe", "random"] = "tpe"
+    seed: int = 0
+    n_startup_trials: int = Field(6, ge=0)
+
+
+class Confirm(_Strict):
+    top_k: int = Field(3, ge=1)
+    repeats: int = Field(0, ge=0)  # 0 turns confirmation runs off
+
+
+class Resources(_Strict):
+    gpus_per_trial: int = Field(0, ge=0)  # whole GPUs only: co-located trials corrupt timings
+    cpus_per_trial: int | None = Field(None, ge=1)  # default: all cores on CPU, 4 per GPU trial
+    max_concurrent_trials: int | None = Field(None, ge=1)  # default: 1 on CPU, one per GPU
+
+
+class SearchSpec(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    workload: str = "mnist1d"
+    workload_options: dict[str, Any] = Field(default_factory=dict)
+    target_accuracy: float = Field(gt=0, le=1)
+    budget: Budget = Field(default_factory=Budget)
+    asha: Asha = Field(default_factory=Asha)
+    sampler: Sampler = Field(default_factory=Sampler)
+    confirm: Confirm = Field(default_factory=Confirm)
+    resources: Resources = Field(default_factory=Resources)
+    baseline: dict[str, Any] = Field(default_factory=dict)
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    space: dict[str, Param]
+    max_consecutive_errors: int = Field(5, ge=1)  # same error this many trials in a row stops the search
+
+    # ---- recipes ----
+    def base(self) -> dict[str, Any]:
+        return {"workload": self.workload, "workload_options": self.workload_options,
+                "target_accuracy": self.target_accuracy, "max_train_seconds": self.budget.max_train_seconds}
+
+    def recipe_for(self, params: dict[str, Any], baseline: bool = False) -> Recipe:
+        layers = {**self.base(), **self.fixed, **(self.baseline if baseline else params)}
+        return Recipe.model_validate(layers)
+
+    # ---- Optuna define-by-run ----
+    def define_by_run(self, trial) -> dict[str, Any] | None:
+        """Sample one trial's parameters. Trial 0 of the study is the baseline and samples nothing."""
+        if trial.number == 0:
+            trial.set_user_attr("baseline", True)
+            return {"baseline": True}
+        chosen: dict[str, Any] = {}
+        for name, p in self.space.items():
+            if p.when and not all(chosen.get(k) in values for k, values in p.when.items()):
+                continue
+            kind = p.kind()
+            if kind == "choice":
+                chosen[name] = trial.suggest_categorical(name, p.choice)
+            elif kind == "uniform":
+                chosen[name] = trial.suggest_float(name, *p.uniform)
+            elif kind == "loguniform":
+                chosen[name] = trial.suggest_float(name, *p.loguniform, log=True)
+            else:
+                chosen[name] = trial.suggest_int(name, *p.int, log=p.log)
+        return {"baseline": False}
+
+    @property
+    def has_conditions(self) -> bool:
+        return any(p.when for p in self.space.values())
+
+
+def _check_layers(spec: SearchSpec, source: str) -> None:
+    """Every knob value the search could use must make a valid recipe."""
+    for section in ("fixed", "baseline"):
+        for key in getattr(spec, section):
+            if key not in SEARCHABLE:
+                _unknown_knob(source, f"{section}.{key}", key)
+    for key in spec.space:
+        if key not in SEARCHABLE:
+            _unknown_knob(source, f"space.{key}", key)
+    _validate_recipe(source, "baseline", {**spec.base(), **spec.fixed, **spec.baseline})
+    names = list(spec.space)
+    for name, p in spec.space.items():
+        for i, value in enumerate(p.edge_values()):
+            where = f"space.{name}.{p.kind()}[{i}]"
+            _validate_recipe(source, where, {**spec.base(), **spec.fixed, name: value}, only=name)
+        for parent, values in (p.when or {}).items():
+            if parent not in spec.space or names.index(parent) > names.index(name):
+                raise UserError(f"{source}: key 'space.{name}.when.{parent}': must name a parameter listed "
+                                f"before '{name}' in space; move it up or fix the name")
+            parent_choices = spec.space[parent].choice
+            if parent_choices is None:
+                raise UserError(f"{source}: key 'space.{name}.when.{parent}': conditions need a `choice` "
+                                f"parameter, '{parent}' is {spec.space[parent].kind()}")
+            for v in values:
+                if v not in parent_choices:
+                    raise UserError(f"{source}: key 'space.{name}.when.{parent}': {v!r} is not one of "
+                                    f"{parent_choices}; use one of those")
+
+
+def _unknown_knob(source: str, path: str, key: str) -> None:
+    import difflib
+
+    guess = difflib.get_close_matches(key, SEARCHABLE, n=1)
+    hint = f"did you mean '{guess[0]}'?" if guess else "see README 'Recipe knobs'"
+    raise UserError(f"{source}: unknown knob '{path}'; {hint}")
+
+
+def _validate_recipe(source: str, where: str, fields: dict[str, Any], only: str | None = None) -> None:
+    try:
+        Recipe.model_validate(fields)
+    except pydantic.ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        if only is not None and first["loc"] and first["loc"][0] != only:
+            return  # a cross-field rule that another sampled value may satisfy; checked per trial
+        msg = first["msg"].removeprefix("Value error, ")
+        field = key_path(first["loc"]) or "(recipe)"
+        raise UserError(f"{source}: key '{where}': {field}: {msg} (got {first.get('input')!r})") from None
+
+
+def spec_from_dict(data: Any, source: str) -> SearchSpec:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a search-space file must be a mapping, got {type(data).__name__}")
+    try:
+        spec = SearchSpec.model_validate(data)
+    except pydantic.ValidationError as e:
+        raise_user_error(e, source, SearchSpec)
+        raise
+    _check_layers(spec, source)
+    check_options(spec.workload, spec.workload_options)
+    return spec
+
+
+def load_spec(path: str | os.PathLike) -> SearchSpec:
+    return spec_from_dict(load_yaml(path), str(path))
