@@ -103,11 +103,24 @@ def cmd_search(args) -> int:
     summary = res.summary_metrics(rows)
     uri = tracking.resolve_tracking_uri(args.tracking_uri)
     client = tracking.connect(uri)
+    confirmed = None
+    if summary[tracking.M_BEST_TTA] is not None and not outcome.interrupted and not outcome.stop_reason:
+        from autospeed.confirm import format_confirmation, run_confirmation
+
+        confirmed = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id)
+        if confirmed is not None:
+            print()
+            print(format_confirmation(confirmed))
     if summary[tracking.M_BEST_TTA] is not None:
         sp = summary[tracking.M_SPEEDUP]
         base = summary[tracking.M_BASELINE_TTA]
         print(f"\nbest TTA {summary[tracking.M_BEST_TTA]:.2f} s (train clock)"
               + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
+        if confirmed is not None and confirmed.winner is not None:
+            w, csp = confirmed.winner, confirmed.speedup
+            print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
+                  f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
+                  + (f", {csp:.2f}x faster than the baseline's median" if csp else ""))
         text, _ = best_recipe_yaml(client, spec.name)
         best_path = write_atomic(outcome.experiment_dir / "best.yaml", text)
         client.log_artifact(outcome.parent_run_id, str(best_path))

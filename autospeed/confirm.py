@@ -1,0 +1,225 @@
+"""Confirmation runs (DESIGN.md "Confirmation runs").
+
+One TTA measurement is noisy, and the best of many noisy measurements is biased
+low (the winner's curse). After the search, the top `confirm.top_k` reached
+recipes and the baseline train `confirm.repeats` more times with new seeds,
+interleaved (A B C A B C ...) so machine drift hits all alike. Winner and
+speed-up are decided on medians and reported with min and max.
+
+Runs happen in the driver process with `autospeed.trainer.train` (no Ray), one at
+a time with all cores. Each is an MLflow child run of the search's parent with
+`autospeed.kind=confirm`; the results go to the parent as the `confirm_*`
+metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` reads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from autospeed import results as res
+from autospeed import tracking as t
+from autospeed.recipe import Recipe, load_recipe
+from autospeed.space import SearchSpec
+
+# ---- parent-run names, read by export.py ----
+M_CONFIRM_MEDIAN = "confirm_tta_seconds_median"
+M_CONFIRM_MIN = "confirm_tta_seconds_min"
+M_CONFIRM_MAX = "confirm_tta_seconds_max"
+M_CONFIRM_REPEATS = "confirm_repeats"
+M_CONFIRM_BASELINE_MEDIAN = "confirm_baseline_tta_seconds_median"
+M_CONFIRM_SPEEDUP = "confirm_speedup_vs_baseline"
+TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"
+TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
+SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
+
+
+@dataclass
+class Candidate:
+    """One recipe under confirmation and its repeated TTAs (None: target not reached)."""
+
+    trial_id: str
+    baseline: bool
+    search_tta_seconds: float | None
+    recipe: Recipe
+    ttas: list[float | None] = field(default_factory=list)
+    samples_per_second: list[float] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return "baseline" if self.baseline else self.trial_id
+
+    @property
+    def median(self) -> float | None:
+        """Median TTA, a run that missed the target counting as infinitely slow; None if that is the median."""
+        if not self.ttas:
+            return None
+        m = statistics.median([x if x is not None else math.inf for x in self.ttas])
+        return m if math.isfinite(m) else None
+
+    @property
+    def reached(self) -> list[float]:
+        return [x for x in self.ttas if x is not None]
+
+
+@dataclass
+class ConfirmOutcome:
+    candidates: list[Candidate]
+    repeats: int
+    winner: Candidate | None
+    baseline: Candidate | None
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.winner or not self.baseline or not self.winner.median or not self.baseline.median:
+            return None
+        return self.baseline.median / self.winner.median
+
+
+def _trial_recipe(client, run_id: str) -> Recipe:
+    """The exact recipe a trial trained (its recipe.yaml artifact)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_recipe(client.download_artifacts(run_id, "recipe.yaml", tmp))
+
+
+def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
+    """The top_k reached non-baseline trials by search TTA, then the baseline (if it ran)."""
+    rows = res.trial_rows(client, parent)
+    top = [r for r in res.ranked(rows) if r.reached and not r.baseline][:top_k]
+    base = res.baseline_of(rows)
+    chosen = top + ([base] if base is not None and base.status not in res.INFEASIBLE else [])
+    return [Candidate(r.trial_id, r.baseline, r.tta_seconds, _trial_recipe(client, r.run_id)) for r in chosen]
+
+
+def _stop_ray() -> None:
+    """The search's Ray processes would share the cores with the timed runs."""
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def _threads(spec: SearchSpec) -> int | None:
+    if spec.resources.gpus_per_trial:
+        return spec.resources.cpus_per_trial or None
+    return spec.resources.cpus_per_trial or os.cpu_count()
+
+
+def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
+                     repeats: int | None = None, top_k: int | None = None) -> ConfirmOutcome | None:
+    """Re-run the best recipes and the baseline, interleaved; log them; set the parent's confirm_* results.
+
+    Returns None when there is nothing to confirm (repeats 0 or no reached trial).
+    """
+    from autospeed.trainer import train
+    from autospeed.workloads import load_workload
+
+    repeats = spec.confirm.repeats if repeats is None else repeats
+    top_k = spec.confirm.top_k if top_k is None else top_k
+    if repeats <= 0:
+        return None
+    parent = client.get_run(parent_run_id)
+    candidates = pick_candidates(client, parent, top_k)
+    if not any(not c.baseline for c in candidates):
+        return None
+    _stop_ray()
+    threads = _threads(spec)
+    workload = load_workload(spec.workload, spec.workload_options)
+    total = repeats * len(candidates)
+    print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) and the baseline: "
+          f"{repeats} interleaved repeats each, new seeds ({total} runs)", file=console, flush=True)
+    done = 0
+    for r in range(repeats):
+        for c in candidates:
+            recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
+            run_id = _start_run(client, parent, search_id, c, r, recipe)
+            try:
+                result = train(recipe, workload, num_threads=threads)
+            except BaseException:
+                _end_killed(client, run_id)
+                raise
+            _finish_run(client, run_id, recipe, result)
+            c.ttas.append(result.tta_seconds if result.status == "reached" else None)
+            c.samples_per_second.append(result.samples_per_second)
+            done += 1
+            tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
+            print(f"  [{done}/{total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
+
+    outcome = _decide(candidates, repeats)
+    _log_parent(client, parent_run_id, outcome)
+    return outcome
+
+
+def _decide(candidates: list[Candidate], repeats: int) -> ConfirmOutcome:
+    base = next((c for c in candidates if c.baseline), None)
+    ranked = sorted((c for c in candidates if c.median is not None), key=lambda c: c.median)
+    return ConfirmOutcome(candidates, repeats, ranked[0] if ranked else None, base)
+
+
+def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe) -> str:
+    run = client.create_run(parent.info.experiment_id, run_name=f"confirm-{c.label}-r{repeat}", tags={
+        t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id, t.TAG_TRIAL_ID: c.trial_id,
+        t.TAG_KIND: t.KIND_CONFIRM, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: "running",
+        TAG_CONFIRM_REPEAT: str(repeat)})
+    t.log_batch(client, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
+    return run.info.run_id
+
+
+def _finish_run(client, run_id: str, recipe: Recipe, result) -> None:
+    from mlflow.entities import RunStatus
+
+    per_eval = [m for event in result.history for m in t.eval_metrics(event)]
+    objective = res.objective(result.status, result.tta_seconds, result.best_val_accuracy,
+                              recipe.target_accuracy, recipe.max_train_seconds)
+    tags = {t.TAG_STATUS: result.status, **t.environment_tags(result.environment)}
+    if result.error:
+        tags[t.TAG_ERROR] = result.error[:500]
+    t.log_batch(client, run_id, per_eval + t.final_metrics(result.to_dict(), objective), tags=tags)
+    client.log_text(run_id, recipe.to_yaml(), "recipe.yaml")
+    failed = result.status in res.INFEASIBLE
+    client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
+
+
+def _end_killed(client, run_id: str) -> None:
+    from mlflow.entities import RunStatus
+
+    try:
+        client.set_tag(run_id, t.TAG_STATUS, "killed")
+        client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+    except Exception:  # the store may be the thing that broke; the interrupt matters more
+        pass
+
+
+def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome) -> None:
+    w, b = outcome.winner, outcome.baseline
+    values = {M_CONFIRM_REPEATS: outcome.repeats}
+    if w is not None and w.reached:
+        values.update({M_CONFIRM_MEDIAN: w.median, M_CONFIRM_MIN: min(w.reached), M_CONFIRM_MAX: max(w.reached)})
+    if b is not None and b.median is not None:
+        values[M_CONFIRM_BASELINE_MEDIAN] = b.median
+    values[M_CONFIRM_SPEEDUP] = outcome.speedup
+    tags = {TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
+    t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
+    client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
+
+
+def format_confirmation(outcome: ConfirmOutcome) -> str:
+    """A plain-text table: each confirmed recipe's median, min and max TTA over the repeats."""
+    base = outcome.baseline
+    lines = [f"confirmation: {outcome.repeats} interleaved repeats per recipe, new seeds, TTA in train-clock seconds",
+             f"  {'recipe':<16} {'search TTA':>10} {'median':>8} {'min':>8} {'max':>8} {'reached':>8} {'vs base':>8}"]
+    order = sorted(outcome.candidates, key=lambda c: c.median if c.median is not None else math.inf)
+    for c in order:
+        got = c.reached
+        fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
+        vs = (f"{base.median / c.median:.2f}x" if base is not None and base.median and c.median else "-")
+        mark = " <- confirmed best" if c is outcome.winner else ""
+        lines.append(f"  {c.label[-16:]:<16} {fmt(c.search_tta_seconds):>10} {fmt(c.median):>8} "
+                     f"{fmt(min(got) if got else None):>8} {fmt(max(got) if got else None):>8} "
+                     f"{len(got):>4}/{len(c.ttas):<3} {vs:>8}{mark}")
+    return "\n".join(lines)
