@@ -52,13 +52,13 @@ def cmd_train(args) -> int:
     print(f"training {recipe.workload} to {recipe.target_accuracy:.3f} on {here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
 
-    def show(e) -> None:
-        done = max(e.train_seconds / recipe.max_train_seconds, e.epoch / recipe.epochs)
-        bar = "#" * int(20 * min(done, 1.0))
-        print(f"  [{bar:<20}] epoch {e.epoch:6.2f}  val_acc {e.val_accuracy:.4f}  "
-              f"train {e.train_seconds:7.2f} s  {e.samples_per_second:9.0f} samples/s", file=out, flush=True)
+    from autospeed.live import TrainProgress
 
-    result = train(recipe, workload, on_eval=show)
+    bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, recipe.target_accuracy, stream=out)
+    try:
+        result = train(recipe, workload, on_eval=bar.update)
+    finally:
+        bar.close()
     if client is not None:
         run_id = tracking.log_train_run(client, args.experiment, recipe, result, recipe.to_yaml())
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
@@ -149,6 +149,27 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
+def cmd_report(args) -> int:
+    from autospeed import tracking
+    from autospeed.report import write_report
+
+    client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    report = write_report(client, args.name, args.out, storage_path=args.storage_path)
+    print(report.leaderboard)
+    print(f"\nwrote {report.html_path} ({len(report.figures)} figures: "
+          f"{', '.join(p.name for p in report.figures)}); logged under the search run's artifacts 'report/'")
+    for note in report.notes:
+        print(f"note: {note}")
+    return EXIT_OK
+
+
+def cmd_ui(args) -> int:
+    from autospeed import tracking
+    from autospeed.ui import serve
+
+    return serve(tracking.resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
+
+
 def cmd_validate(args) -> int:
     from autospeed.space import load_spec
 
@@ -199,6 +220,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tracking-uri", help=uri_help)
     e.add_argument("--out", default="best.yaml", help="output recipe (default: best.yaml)")
     e.set_defaults(func=cmd_export)
+
+    r = sub.add_parser("report", help="write report.html and figures for a search, log them to its run")
+    r.add_argument("--name", required=True, help="the search's name")
+    r.add_argument("--tracking-uri", help=uri_help)
+    r.add_argument("--storage-path", help="where the search kept its Optuna study (default: ./autospeed_results)")
+    r.add_argument("--out", help="output folder (default: <storage-path>/<name>/<search id>/report)")
+    r.set_defaults(func=cmd_report)
+
+    u = sub.add_parser("ui", help="start the MLflow UI for the tracking store (on 127.0.0.1)")
+    u.add_argument("--tracking-uri", help=uri_help)
+    u.add_argument("--port", type=int, default=5000, help="port (default: 5000)")
+    u.add_argument("--host", default="127.0.0.1",
+                   help="interface to bind (default: 127.0.0.1; the UI has no login, bind others knowingly)")
+    u.add_argument("--name", help="print a link straight to this search's experiment")
+    u.set_defaults(func=cmd_ui)
 
     v = sub.add_parser("validate", help="check a search-space file without running it")
     v.add_argument("--space", required=True)

@@ -95,6 +95,13 @@ class _Tracker:
         for run in res.child_runs(client, client.get_run(parent_run_id)):
             if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
                 self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
+        from autospeed.live import SearchView
+
+        self.view = SearchView(total=total, stream=console)
+        for r in res.trial_rows(client, client.get_run(parent_run_id)):  # a resumed search counts its past
+            if r.status != "running":
+                self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
+                                        r.best_val_accuracy or 0.0, r.baseline, r.knobs())
 
     def _recipe_fields(self, trial) -> dict[str, Any]:
         cfg = trial.config
@@ -117,6 +124,7 @@ class _Tracker:
         else:  # resumed: the same run continues
             self.client.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
         self.client.set_tag(run_id, t.TAG_STATUS, "running")
+        self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if result.get(FINAL) is False:
@@ -181,18 +189,9 @@ class _Tracker:
                                 f"error: {self.errors_in_a_row[-1]}")
 
     def _progress(self, trial, status: str, tta: float | None, best: float) -> None:
-        done = len(self.finished)
-        base = next((f for f in self.finished.values() if f["baseline"]), None)
-        reached = [f["tta"] for f in self.finished.values() if f["tta"] is not None]
-        best_tta = min(reached) if reached else None
-        what = "baseline" if trial.config.get("baseline") else trial.trial_id
-        tta_s = f"TTA {tta:.2f} s" if tta is not None else f"best acc {best:.4f}"
-        line = f"[{done}/{self.total}] {what}: {status}, {tta_s}"
-        if best_tta is not None:
-            line += f" | best TTA {best_tta:.2f} s"
-            if base and base["tta"]:
-                line += f" ({base['tta'] / best_tta:.2f}x vs baseline)"
-        print(line, file=self.console, flush=True)
+        baseline = bool(trial.config.get("baseline"))
+        self.view.finished(trial.trial_id, "baseline" if baseline else trial.trial_id, status, tta, best, baseline,
+                           {} if baseline else trial.config)
 
 
 def _make_tracker(*args, **kwargs):
@@ -427,6 +426,8 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         tuner.fit()
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        tracker.view.close()
 
     rows = res.trial_rows(client, client.get_run(parent_id))
     unfinished = len(rows) < total or any(r.status in ("running",) for r in rows)
