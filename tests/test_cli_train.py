@@ -1,0 +1,201 @@
+"""`autospeed train` as a user runs it: output, exit codes, messages, MLflow run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autospeed.recipe import load_recipe
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# Reaches 0.95 in about 3 epochs, in well under a second of training.
+REACHES = {"workload": "digits", "target_accuracy": 0.95, "max_train_seconds": 30, "epochs": 10,
+           "eval_every_epochs": 1, "batch_size": 32, "lr": 0.1}
+NEVER_REACHES = {**REACHES, "target_accuracy": 1.0, "epochs": 1}
+
+
+def one_line_error(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("autospeed: error: ")
+    return lines[0]
+
+
+# ---------------------------------------------------------------- result and exit codes
+def test_train_json_prints_the_result_object(run_cli, write_recipe):
+    done = run_cli("train", "--config", str(write_recipe(REACHES)), "--json", "--no-track")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)  # progress goes to stderr, so stdout is pure JSON
+    for field in ("status", "tta_seconds", "best_val_accuracy", "train_seconds", "wall_seconds",
+                  "compile_seconds", "peak_memory_mb", "samples_per_second", "applied", "environment"):
+        assert field in result
+    assert result["status"] == "reached"
+    assert result["tta_seconds"] == result["train_seconds"] <= result["wall_seconds"]
+    assert result["best_val_accuracy"] >= 0.95
+    assert result["samples_per_second"] > 0 and result["peak_memory_mb"] > 0
+    assert result["applied"]["device"] == "cpu" and result["applied"]["compile"] == "none"
+    for field in ("device_name", "cpu_count", "torch", "cuda", "autospeed"):
+        assert field in result["environment"]
+
+
+def test_train_prints_a_summary_naming_knobs_not_applied(run_cli, write_recipe):
+    recipe = {**REACHES, "channels_last": True, "cudnn_benchmark": True}
+    done = run_cli("train", "--config", str(write_recipe(recipe)), "--no-track")
+
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"status reached +TTA \d+\.\d\d s \(train clock\)", done.stdout)
+    not_applied = re.search(r"not applied on cpu: (.*)", done.stdout).group(1)
+    assert sorted(not_applied.split(", ")) == ["channels_last", "cudnn_benchmark"]
+
+
+def test_target_not_reached_still_exits_0(run_cli, write_recipe):
+    done = run_cli("train", "--config", str(write_recipe(NEVER_REACHES)), "--json", "--no-track")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "not_reached" and result["tta_seconds"] is None
+
+
+def test_diverged_run_exits_1_with_one_line(run_cli, write_recipe):
+    done = run_cli("train", "--config", str(write_recipe({**NEVER_REACHES, "lr": 1e6})), "--no-track")
+
+    assert done.returncode == 1
+    assert "status diverged" in done.stdout
+    assert "run diverged: train loss became" in one_line_error(done.stderr)
+
+
+def test_out_of_memory_run_exits_1(run_cli, write_recipe, write_plugin):
+    write_plugin("cli_oom_plugin", """
+        import torch
+        from torch import nn
+        from autospeed.workloads import load_workload
+
+        class NoRoom(nn.Linear):
+            def forward(self, x):
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+        def always_oom():
+            workload = load_workload("digits")
+            workload.build_model = lambda: NoRoom(64, 10)
+            return workload
+    """)
+    done = run_cli("train", "--config", str(write_recipe({**NEVER_REACHES, "workload": "cli_oom_plugin:always_oom"})),
+                   "--json", "--no-track")
+
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["status"] == "oom"
+    assert "run oom: OutOfMemoryError" in done.stderr
+
+
+# ---------------------------------------------------------------- MLflow
+def test_train_logs_an_mlflow_run(run_cli, write_recipe, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = write_recipe(REACHES)
+    done = run_cli("train", "--config", str(config), "--tracking-uri", uri, "--json")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("autospeed-train")
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`autospeed.kind` = 'train'")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["autospeed.status"] == "reached"
+    assert run.data.params["batch_size"] == "32" and run.data.params["workload"] == "digits"
+    assert run.data.metrics["tta_seconds"] == pytest.approx(result["tta_seconds"])
+    assert run.data.metrics["best_val_accuracy"] == pytest.approx(result["best_val_accuracy"])
+    history = client.get_metric_history(run.info.run_id, "val_accuracy")
+    assert len(history) == result["evaluations"]
+    assert sorted(h.step for h in history) == [h.step for h in history]
+    recipe_yaml = Path(client.download_artifacts(run.info.run_id, "recipe.yaml", str(tmp_path)))
+    assert load_recipe(recipe_yaml) == load_recipe(config)
+
+
+def test_no_track_logs_no_run(run_cli, write_recipe, tmp_path):
+    store = tmp_path / "would-be-mlflow.db"
+    done = run_cli("train", "--config", str(write_recipe(NEVER_REACHES)), "--no-track",
+                   env={"MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
+
+    assert done.returncode == 0, done.stderr
+    assert "logged MLflow run" not in done.stdout + done.stderr
+    assert not store.exists()
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+# ---------------------------------------------------------------- bad input: exit 2, one line
+@pytest.mark.parametrize("text, expected", [
+    ("workload: digits\nbatch_sise: 32\n", "unknown key 'batch_sise'; did you mean 'batch_size'?"),
+    ("workload: digits\nlr: 0.1\nlr: 0.2\n", "duplicate key 'lr' at line 3 (first at line 2)"),
+    ("workload: digits\nbatch_size: lots\n", "key 'batch_size': Input should be a valid integer"),
+    ("workload: digits\ntarget_accuracy: 1.5\n", "key 'target_accuracy': Input should be less than or equal to 1"),
+    ("workload: digits\nlr: [0.1\nepochs: 3\n", "YAML syntax error at line 3, column 7"),
+], ids=["unknown-key", "duplicate-key", "wrong-type", "out-of-range", "yaml-syntax"])
+def test_bad_recipe_exits_2_with_one_line_naming_file_and_key(run_cli, write_recipe, text, expected):
+    config = write_recipe(text, name="bad.yaml")
+    done = run_cli("train", "--config", str(config), "--no-track")
+
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert f"{config}: " in line
+    assert expected in line
+    assert done.stdout == ""
+
+
+def test_missing_config_file_exits_2(run_cli, tmp_path):
+    done = run_cli("train", "--config", str(tmp_path / "nowhere.yaml"), "--no-track")
+
+    assert done.returncode == 2
+    assert "nowhere.yaml: file not found" in one_line_error(done.stderr)
+
+
+def test_unknown_workload_option_exits_2(run_cli, write_recipe):
+    done = run_cli("train", "--config", str(write_recipe({**REACHES, "workload_options": {"hiddn": 3}})),
+                   "--no-track")
+
+    assert done.returncode == 2
+    assert "workload_options.hiddn: unknown option for workload 'digits'" in one_line_error(done.stderr)
+
+
+def test_missing_cifar10_data_exits_2_naming_the_folder(run_cli, write_recipe, tmp_path):
+    folder = tmp_path / "datasets" / "cifar"
+    done = run_cli("train", "--config", str(write_recipe({"workload": "cifar10", "workload_options":
+                                                          {"data_dir": str(folder)}})), "--no-track")
+
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert f"no CIFAR-10 data in {folder}" in line
+    assert "cifar-10-batches-py" in line and "download: true" in line
+
+
+def test_usage_error_exits_2(run_cli):
+    done = run_cli("train")
+
+    assert done.returncode == 2
+    assert "--config" in done.stderr and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------- the README's plugin example
+def test_readme_plugin_example_runs_verbatim(run_cli, tmp_path):
+    readme = README.read_text()
+    module = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def blobs" in b)
+    recipe = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "my_workload:blobs" in b)
+    command = re.search(r"`PYTHONPATH=\. autospeed (train [^`]*)`", readme).group(1)
+    (tmp_path / "my_workload.py").write_text(module)
+    (tmp_path / "blobs.yaml").write_text(recipe)
+
+    done = run_cli(*shlex.split(command), cwd=tmp_path, env={"PYTHONPATH": "."})
+
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(recipe)["workload"] == "my_workload:blobs"
+    assert "status reached" in done.stdout

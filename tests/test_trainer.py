@@ -1,0 +1,320 @@
+"""The trainer on CPU: every knob runs, statuses are right, the clock is honest."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from autospeed.recipe import Recipe
+from autospeed.trainer import EvalEvent, train
+from autospeed.workloads import load_workload
+
+# Digits with these settings reaches ~0.95 validation accuracy in 2-3 epochs, in well under a second.
+FAST = dict(workload="digits", target_accuracy=0.95, max_train_seconds=30, epochs=3, eval_every_epochs=1,
+            batch_size=32, lr=0.1, seed=0)
+
+
+def recipe(**overrides) -> Recipe:
+    return Recipe(**{**FAST, **overrides})
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_workload("digits")
+
+
+def capture_model(workload):
+    """The workload with build_model recorded, so a test can read the trained parameters."""
+    built = []
+
+    def build():
+        built.append(workload.build_model())
+        return built[-1]
+
+    return dataclasses.replace(workload, build_model=build), built
+
+
+# ---------------------------------------------------------------- every knob runs
+KNOBS = [
+    {"precision": "fp32"},
+    {"precision": "tf32"},
+    {"precision": "bf16"},
+    {"precision": "fp16"},
+    {"schedule": "constant", "warmup_fraction": 0.2},
+    {"schedule": "cosine"},
+    {"schedule": "cosine", "warmup_fraction": 0.2},
+    {"schedule": "onecycle"},
+    {"schedule": "linear", "warmup_fraction": 0.2},
+    {"optimizer": "sgd", "momentum": 0.0, "lr": 0.5},  # plain SGD: no momentum, so a larger step
+    {"optimizer": "adamw", "lr": 0.003},
+    {"data_loader": "device"},
+    {"data_loader": "dataloader", "num_workers": 0},
+    {"data_loader": "dataloader", "num_workers": 1, "prefetch_factor": 4, "persistent_workers": True,
+     "pin_memory": True},
+    {"accumulation_steps": 2},
+    {"accumulation_steps": 4, "batch_size": 8},
+    {"label_smoothing": 0.1},
+    {"activation_checkpointing": True},
+    {"channels_last": True},
+    {"cudnn_benchmark": True},
+]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_every_knob_value_trains(digits, knobs):
+    result = train(recipe(target_accuracy=1.0, **knobs), digits)
+
+    assert result.error is None
+    assert result.status == "not_reached"  # target 1.0: runs all 3 epochs
+    assert result.epochs_done == pytest.approx(3.0)
+    assert result.best_val_accuracy > 0.6, "the model should learn with every knob (chance is 0.1)"
+    assert result.applied["device"] == "cpu"
+    assert result.applied["precision"] == knobs.get("precision", "fp32")
+    assert result.applied["data_loader"] == knobs.get("data_loader", "device")
+    assert result.applied["accumulation_steps"] == knobs.get("accumulation_steps", 1)
+
+
+def test_knobs_that_cannot_apply_on_cpu_are_recorded_as_not_applied(digits):
+    result = train(recipe(precision="tf32", channels_last=True, cudnn_benchmark=True, epochs=1), digits)
+
+    assert result.error is None
+    assert result.applied["tf32"] is False
+    assert result.applied["channels_last"] is False
+    assert result.applied["cudnn_benchmark"] is False
+
+
+def test_autocast_and_scaler_are_recorded(digits):
+    bf16 = train(recipe(precision="bf16", epochs=1), digits)
+    fp16 = train(recipe(precision="fp16", epochs=1), digits)
+    fp32 = train(recipe(precision="fp32", epochs=1), digits)
+
+    assert (bf16.applied["autocast"], bf16.applied["grad_scaler"]) == ("bfloat16", False)
+    assert (fp16.applied["autocast"], fp16.applied["grad_scaler"]) == ("float16", True)
+    assert (fp32.applied["autocast"], fp32.applied["grad_scaler"]) == ("none", False)
+
+
+def test_activation_checkpointing_applies_to_a_model_with_checkpoint_blocks(digits):
+    assert train(recipe(activation_checkpointing=True, epochs=1), digits).applied["activation_checkpointing"] is True
+    assert train(recipe(activation_checkpointing=False, epochs=1), digits).applied["activation_checkpointing"] is False
+
+
+def test_compile_default_trains_and_reports_compile_seconds(digits):
+    # The one compile test (torch.compile takes ~15 s on this CPU): the compile time
+    # is on the train clock and also reported on its own.
+    result = train(recipe(compile="default", epochs=1, target_accuracy=1.0), digits)
+
+    assert result.error is None
+    assert result.status == "not_reached"
+    assert result.applied["compile"] == "default"
+    assert result.compile_seconds > 0
+    assert result.compile_seconds == result.first_step_seconds
+    assert result.train_seconds >= result.compile_seconds
+    assert result.best_val_accuracy > 0.3
+
+
+def test_eager_run_reports_no_compile_time_but_a_first_step_time(digits):
+    result = train(recipe(epochs=1), digits)
+
+    assert result.compile_seconds == 0.0
+    assert 0 < result.first_step_seconds <= result.train_seconds
+
+
+# ---------------------------------------------------------------- statuses
+def test_digits_reaches_its_target_with_a_tta(digits):
+    events: list[EvalEvent] = []
+    result = train(recipe(epochs=10, eval_every_epochs=0.5), digits, on_eval=events.append)
+
+    assert result.status == "reached"
+    assert result.best_val_accuracy >= 0.95
+    reaching = next(e for e in events if e.val_accuracy >= 0.95)
+    assert events[-1] is reaching, "the run stops at the first evaluation at or above the target"
+    assert result.tta_seconds == reaching.train_seconds == result.train_seconds
+    assert 0 < result.tta_seconds <= result.wall_seconds
+    assert result.evaluations == len(events) == len(result.history)
+    assert result.epochs_done < 10
+
+
+def test_eval_events_advance_and_carry_the_measurements(digits):
+    events: list[EvalEvent] = []
+    result = train(recipe(target_accuracy=1.0, epochs=2, eval_every_epochs=0.5), digits, on_eval=events.append)
+
+    assert len(events) == 4
+    assert [e.epoch for e in events] == pytest.approx([0.5, 1.0, 1.5, 2.0], abs=0.05)
+    assert all(a.train_seconds < b.train_seconds for a, b in zip(events, events[1:]))
+    assert all(a.step < b.step and a.samples < b.samples for a, b in zip(events, events[1:]))
+    assert all(e.samples_per_second > 0 and math.isfinite(e.train_loss) for e in events)
+    assert events[-1].best_val_accuracy == max(e.val_accuracy for e in events) == result.best_val_accuracy
+    assert result.samples_per_second == pytest.approx(events[-1].samples / result.train_seconds)
+
+
+def test_impossible_target_ends_not_reached_at_the_time_budget(digits):
+    result = train(recipe(target_accuracy=1.0, max_train_seconds=0.3, epochs=10_000, eval_every_epochs=5), digits)
+
+    assert result.status == "not_reached"
+    assert result.tta_seconds is None
+    assert result.train_seconds >= 0.3
+    assert result.train_seconds < 0.3 + 2.0, "the budget is checked every step, not only at evaluations"
+    assert result.epochs_done < 10_000
+
+
+def test_impossible_target_ends_not_reached_when_epochs_run_out(digits):
+    result = train(recipe(target_accuracy=1.0, epochs=2, eval_every_epochs=1.5), digits)
+
+    assert result.status == "not_reached"
+    assert result.epochs_done == pytest.approx(2.0)
+    assert result.evaluations == 2  # at epoch 1.5 and the final one at 2.0
+
+
+def test_on_eval_returning_true_stops_the_run_early(digits):
+    result = train(recipe(target_accuracy=1.0, epochs=5, eval_every_epochs=1), digits, on_eval=lambda e: True)
+
+    assert result.status == "stopped_early"
+    assert result.evaluations == 1
+    assert result.epochs_done == pytest.approx(1.0)
+
+
+def test_nan_producing_learning_rate_ends_diverged(digits):
+    result = train(recipe(lr=1e6, target_accuracy=1.0), digits)
+
+    assert result.status == "diverged"
+    assert result.tta_seconds is None
+    assert "loss" in result.error
+
+
+OOM_PLUGIN = """
+    import torch
+    from torch import nn
+    from autospeed.workloads import load_workload
+
+    class FitsUpTo(nn.Module):
+        # An MLP that behaves like a GPU with room for `limit` samples per training batch.
+        def __init__(self, limit):
+            super().__init__()
+            self.limit = limit
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+        def forward(self, x):
+            if self.training and x.shape[0] > self.limit:
+                raise torch.cuda.OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {x.shape[0]} samples (limit {self.limit})")
+            return self.net(x)
+
+    def small_gpu(limit: int = 64):
+        workload = load_workload("digits")
+        workload.build_model = lambda: FitsUpTo(limit)
+        return workload
+"""
+
+
+def test_simulated_out_of_memory_ends_oom(write_plugin):
+    write_plugin("oom_plugin", OOM_PLUGIN)
+
+    fits = train(recipe(workload="oom_plugin:small_gpu", batch_size=64, epochs=1, target_accuracy=1.0))
+    too_big = train(recipe(workload="oom_plugin:small_gpu", batch_size=128, epochs=1, target_accuracy=1.0))
+
+    assert fits.status == "not_reached" and fits.error is None
+    assert too_big.status == "oom"
+    assert "OutOfMemoryError" in too_big.error
+    assert too_big.tta_seconds is None and too_big.steps == 0
+
+
+def test_error_in_the_model_ends_failed_not_raised(write_plugin):
+    write_plugin("broken_plugin", """
+        from torch import nn
+        from autospeed.workloads import load_workload
+
+        def wrong_width():
+            workload = load_workload("digits")
+            workload.build_model = lambda: nn.Linear(65, 10)  # digits has 64 features
+            return workload
+    """)
+
+    result = train(recipe(workload="broken_plugin:wrong_width", epochs=1))
+
+    assert result.status == "failed"
+    assert result.error.startswith("RuntimeError")
+
+
+# ---------------------------------------------------------------- accumulation is exact
+@pytest.mark.parametrize("optimizer, data_loader", [("sgd", "device"), ("adamw", "device"), ("sgd", "dataloader")])
+def test_accumulation_matches_the_larger_batch(digits, optimizer, data_loader):
+    # The digits MLP has no batch-dependent layers, so batch B x k accumulation
+    # steps must follow the same trajectory as batch B*k, step for step.
+    def final_parameters(batch_size: int, accumulation_steps: int) -> list[torch.Tensor]:
+        workload, built = capture_model(digits)
+        result = train(recipe(batch_size=batch_size, accumulation_steps=accumulation_steps, optimizer=optimizer,
+                              lr=0.05 if optimizer == "sgd" else 0.003, schedule="cosine", warmup_fraction=0.2,
+                              label_smoothing=0.1, target_accuracy=1.0, epochs=2, data_loader=data_loader),
+                       workload)
+        assert result.status == "not_reached"
+        return result.steps, [p.detach().clone() for p in built[0].parameters()]
+
+    steps_accumulated, accumulated = final_parameters(batch_size=16, accumulation_steps=4)
+    steps_large, large = final_parameters(batch_size=64, accumulation_steps=1)
+    steps_small, small = final_parameters(batch_size=16, accumulation_steps=1)
+
+    assert steps_accumulated == steps_large == 2 * (len(digits.train_x) // 64)
+    for a, b in zip(accumulated, large):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # The comparison has power: without accumulation the small batch ends elsewhere.
+    assert not all(torch.allclose(a, b, rtol=1e-3, atol=1e-4) for a, b in zip(small, large))
+
+
+def test_same_seed_same_result(digits):
+    first = train(recipe(epochs=1, target_accuracy=1.0), digits)
+    second = train(recipe(epochs=1, target_accuracy=1.0), digits)
+    other_seed = train(recipe(epochs=1, target_accuracy=1.0, seed=1), digits)
+
+    assert [h["val_accuracy"] for h in first.history] == [h["val_accuracy"] for h in second.history]
+    assert first.history[-1]["train_loss"] == second.history[-1]["train_loss"]
+    assert first.history[-1]["train_loss"] != other_seed.history[-1]["train_loss"]
+
+
+# ---------------------------------------------------------------- evaluation is off the train clock
+SLOW_EVAL_PLUGIN = """
+    import time
+    import torch
+    from torch import nn
+    from autospeed.workloads import Workload
+
+    EVAL_SLEEP_SECONDS = 0.2
+
+    class SlowToEvaluate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+
+        def forward(self, x):
+            if not self.training:
+                time.sleep(EVAL_SLEEP_SECONDS)  # per evaluation batch
+            return self.net(x)
+
+    def slow_eval(num_samples: int = 2000, seed: int = 0) -> Workload:
+        g = torch.Generator().manual_seed(seed)
+        centers = 0.5 * torch.randn(4, 16, generator=g)  # overlapping blobs: ~0.8 is the best accuracy
+        y = torch.randint(0, 4, (num_samples,), generator=g)
+        x = centers[y] + torch.randn(num_samples, 16, generator=g)
+        n_val = num_samples // 5  # 400: one evaluation batch
+        return Workload(name="slow_eval", num_classes=4, train_x=x[n_val:], train_y=y[n_val:],
+                        val_x=x[:n_val], val_y=y[:n_val], build_model=SlowToEvaluate)
+"""
+
+
+def test_tta_excludes_evaluation_time(write_plugin):
+    write_plugin("slow_eval_plugin", SLOW_EVAL_PLUGIN)
+
+    result = train(recipe(workload="slow_eval_plugin:slow_eval", target_accuracy=0.78, epochs=4,
+                          eval_every_epochs=0.25, batch_size=32, lr=0.01))
+
+    assert result.status == "reached"
+    assert result.evaluations >= 2
+    slept = 0.2 * result.evaluations  # one evaluation batch per evaluation
+    assert result.wall_seconds - result.train_seconds >= slept
+    assert result.tta_seconds == result.train_seconds
+    assert result.tta_seconds <= result.wall_seconds - slept
+    # Each evaluation event's train clock lags its wall clock by the evaluations before it.
+    for i, event in enumerate(result.history):
+        assert event["wall_seconds"] - event["train_seconds"] >= 0.2 * i

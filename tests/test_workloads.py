@@ -1,0 +1,117 @@
+"""Workloads: built-ins build, mnist1d is cached on disk, plugins load, bad names are clear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autospeed.errors import UserError
+from autospeed.workloads import BUILTIN, Workload, describe, load_workload
+
+
+def test_four_builtins_are_described():
+    assert [name for name, _ in describe()] == ["mnist1d", "digits", "cifar10", "synthetic"]
+    assert all(line for _, line in describe())
+
+
+def test_autospeed_workloads_lists_the_builtins_one_line_each(run_cli):
+    done = run_cli("workloads")
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name in BUILTIN:
+        assert sum(line.startswith(f"{name} ") for line in lines) == 1
+    assert any("package.module:factory" in line for line in lines)
+
+
+def test_mnist1d_is_generated_once_and_then_read_from_the_cache(dataset_cache):
+    options = {"num_samples": 500, "seed": 7}  # a size no other test asks for
+    before = set(dataset_cache.iterdir())
+    first = load_workload("mnist1d", options)
+    after_first = set(dataset_cache.iterdir())
+    second = load_workload("mnist1d", options)
+
+    created = after_first - before
+    assert len(created) == 1 and (next(iter(created)) / "manifest.json").exists()
+    assert set(dataset_cache.iterdir()) == after_first, "the second load reads the cache"
+    assert first.train_x.shape == (400, 1, 40) and first.val_x.shape == (100, 1, 40)
+    assert torch.equal(first.train_x, second.train_x) and torch.equal(first.val_y, second.val_y)
+    assert first.build_model()(first.train_x[:8]).shape == (8, 10)
+
+
+def test_mnist1d_rejects_too_few_samples():
+    with pytest.raises(UserError, match="workload_options.num_samples"):
+        load_workload("mnist1d", {"num_samples": 10})
+
+
+def test_digits_splits_train_and_validation():
+    workload = load_workload("digits", {"val_fraction": 0.5})
+
+    assert len(workload.train_x) + len(workload.val_x) == 1797
+    assert workload.build_model()(workload.val_x[:4]).shape == (4, 10)
+
+
+def test_synthetic_has_the_requested_shape_and_a_conv_model():
+    workload = load_workload("synthetic", {"num_samples": 50, "image_size": 8, "channels": 3, "num_classes": 5})
+
+    assert workload.images is True
+    assert workload.train_x.shape == (50, 3, 8, 8)
+    assert workload.build_model()(workload.train_x[:2]).shape == (2, 5)
+
+
+def test_cifar10_without_data_names_the_folder(tmp_path):
+    missing = tmp_path / "no-cifar-here"
+    with pytest.raises(UserError) as info:
+        load_workload("cifar10", {"data_dir": str(missing)})
+    assert "workload_options.data_dir" in str(info.value)
+    assert str(missing) in str(info.value)
+    assert "cifar-10-batches-py" in str(info.value)
+
+
+def test_cifar10_without_data_dir_says_to_set_it():
+    with pytest.raises(UserError, match="workload_options.data_dir: cifar10 needs"):
+        load_workload("cifar10")
+
+
+def test_unknown_builtin_lists_the_choices():
+    with pytest.raises(UserError, match="unknown workload 'mnist2d'; use one of mnist1d, digits"):
+        load_workload("mnist2d")
+
+
+def test_unknown_workload_option_lists_the_allowed_ones():
+    with pytest.raises(UserError, match="workload_options.hiddn: unknown option .* allowed: val_fraction, seed, hidden"):
+        load_workload("digits", {"hiddn": 3})
+
+
+def test_plugin_loads(write_plugin):
+    write_plugin("tiny_plugin", """
+        import torch
+        from torch import nn
+        from autospeed.workloads import Workload
+
+        def tiny(n: int = 40):
+            x, y = torch.randn(n, 3), torch.arange(n) % 2
+            return Workload(name="tiny", train_x=x, train_y=y, val_x=x, val_y=y, num_classes=2,
+                            build_model=lambda: nn.Linear(3, 2))
+    """)
+
+    workload = load_workload("tiny_plugin:tiny", {"n": 10})
+
+    assert isinstance(workload, Workload) and workload.name == "tiny" and len(workload.train_x) == 10
+
+
+def test_plugin_that_does_not_import_says_so():
+    with pytest.raises(UserError, match="plugin module 'no_such_module_xyz' does not import"):
+        load_workload("no_such_module_xyz:factory")
+
+
+def test_plugin_without_the_factory_says_so(write_plugin):
+    write_plugin("empty_plugin", "X = 1\n")
+    with pytest.raises(UserError, match="'empty_plugin' has no callable 'factory'"):
+        load_workload("empty_plugin:factory")
+
+
+def test_plugin_returning_something_else_says_so(write_plugin):
+    write_plugin("wrong_plugin", "def factory():\n    return 42\n")
+    with pytest.raises(UserError, match="returned int, not an autospeed.workloads.Workload"):
+        load_workload("wrong_plugin:factory")
