@@ -121,7 +121,7 @@ def cmd_search(args) -> int:
             print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
                   f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
                   + (f", {csp:.2f}x faster than the baseline's median" if csp else ""))
-        text, _ = best_recipe_yaml(client, spec.name)
+        text, _ = best_recipe_yaml(client, spec.name, outcome.search_id)  # not a same-named search's
         best_path = write_atomic(outcome.experiment_dir / "best.yaml", text)
         client.log_artifact(outcome.parent_run_id, str(best_path))
         print(f"best recipe: {best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
@@ -133,9 +133,22 @@ def cmd_search(args) -> int:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
     if outcome.interrupted:
-        print(f"interrupted; continue with: autospeed search --space {args.space} --resume", file=sys.stderr)
+        print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _resume_command(args) -> str:
+    """The exact command that continues this search (credentials in the URI hidden)."""
+    import shlex
+
+    from autospeed.tracking import redact
+
+    words = ["autospeed", "search", "--space", args.space]
+    for flag in ("name", "tracking_uri", "storage_path", "ray_address"):
+        if getattr(args, flag):
+            words += [f"--{flag.replace('_', '-')}", redact(str(getattr(args, flag)))]
+    return shlex.join(words + ["--resume"])
 
 
 def cmd_export(args) -> int:

@@ -14,9 +14,9 @@ from autospeed.recipe import Measured, load_recipe
 from autospeed.yamlio import dump_yaml, write_atomic
 
 
-def best_recipe_yaml(client, name: str) -> tuple[str, res.TrialRow]:
-    """(best.yaml text, the winning trial) for the latest search named `name`."""
-    parent = res.find_parent(client, name)
+def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[str, res.TrialRow]:
+    """(best.yaml text, the winning trial) for search `search_id`, else the latest search named `name`."""
+    parent = res.find_parent(client, name, search_id)
     rows = res.trial_rows(client, parent)
     reached = [r for r in res.ranked(rows) if r.reached]
     if not reached:

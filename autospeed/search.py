@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import signal
 import sys
 import time
 import uuid
@@ -53,7 +55,8 @@ def _trainable(config: dict[str, Any], spec_json: str, threads: int) -> None:
     def on_eval(e) -> None:
         tta = e.train_seconds if e.reached else None
         tune.report({
-            "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds, "val_accuracy": e.val_accuracy,
+            "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds, "wall_seconds": e.wall_seconds,
+            "val_accuracy": e.val_accuracy,
             "best_val_accuracy": e.best_val_accuracy, "train_loss": e.train_loss,
             "samples_per_second": e.samples_per_second, FINAL: False,
             "objective": res.objective("running", tta, e.best_val_accuracy, target, budget),
@@ -102,6 +105,12 @@ class _Tracker:
             if r.status != "running":
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
                                         r.best_val_accuracy or 0.0, r.baseline, r.knobs())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow
+        # client, console and live view belong to this process; --resume attaches
+        # a fresh tracker (_reattach), so nothing of this one needs to survive.
+        return {}
 
     def _recipe_fields(self, trial) -> dict[str, Any]:
         cfg = trial.config
@@ -200,17 +209,21 @@ def _make_tracker(*args, **kwargs):
     return cls(*args, **kwargs)
 
 
-class _ConsecutiveErrorStopper:
-    """ray.tune Stopper that ends the whole search when the tracker says so."""
+_ACTIVE_TRACKER: list[_Tracker] = []  # the tracker of the search running in this process
 
-    def __init__(self, tracker: _Tracker):
-        self.tracker = tracker
+
+class _ConsecutiveErrorStopper:
+    """ray.tune Stopper that ends the whole search when the tracker says so.
+
+    Stateless on purpose: Tune pickles its stopper into the experiment state and
+    a restored search gets the pickled one back, so it reads this process's tracker.
+    """
 
     def __call__(self, trial_id, result) -> bool:
         return False
 
     def stop_all(self) -> bool:
-        return self.tracker.stop_reason is not None
+        return bool(_ACTIVE_TRACKER) and _ACTIVE_TRACKER[-1].stop_reason is not None
 
 
 # ------------------------------------------------------------------ orchestration
@@ -238,6 +251,31 @@ def _quiet_ray() -> None:
     for name in ("ray", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="ray")
+    # A resumed trial reports its steps again to the same Optuna trial; Optuna keeps the first.
+    warnings.filterwarnings("ignore", message="The reported value is ignored")
+
+
+_RAY_ADDRESS = re.compile(r"^(?:ray://)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$")
+
+
+def check_ray_address(address: str | None, timeout_seconds: float = 5.0) -> None:
+    """Preflight for --ray-address: malformed is bad input (exit 2), unreachable a
+    runtime failure (exit 1). `ray.init` itself would retry a dead address for minutes."""
+    if not address or address in ("auto", "local"):
+        return
+    m = _RAY_ADDRESS.match(address)
+    if not m or not 0 < int(m["port"]) < 65536:
+        raise UserError(f"--ray-address: malformed address '{address}'; use host:port (e.g. 10.0.0.5:6379), "
+                        f"ray://host:10001 or auto")
+    import socket
+
+    host = m["host"].strip("[]")
+    try:
+        socket.create_connection((host, int(m["port"])), timeout=timeout_seconds).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise RunFailure(f"--ray-address: cannot reach Ray at {address} ({why}); start it there with "
+                         f"`ray start --head` or fix the address") from None
 
 
 def _start_ray(address: str | None, verbose: bool) -> None:
@@ -245,6 +283,7 @@ def _start_ray(address: str | None, verbose: bool) -> None:
 
     if ray.is_initialized():
         return
+    check_ray_address(address)
     kwargs = dict(include_dashboard=False, log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.ERROR,
                   configure_logging=True)
     try:
@@ -358,6 +397,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         raise RunFailure(f"--storage-path: cannot write to {root} ({e.strerror}); pick a writable folder") from None
 
     spec_dump = spec.model_dump(mode="json")
+    state: dict[str, Any] | None = None
     if resume:
         exp_dir = latest_search_dir(storage_path, name)
         if exp_dir is None:
@@ -367,8 +407,23 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         if changed:
             raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                             f"restore those keys to resume, or start a new search without --resume")
-        search_id, parent_id, total = state["search_id"], state["parent_run_id"], state["trials"]
+        total = state["trials"]
+
+    # Preflight: whatever can fail before training fails here, before any run is created.
+    # The dataset is prepared once per search, before any trial (cached on disk).
+    from autospeed.workloads import load_workload
+
+    load_workload(spec.workload, spec.workload_options)
+    _quiet_ray()
+    _start_ray(ray_address, verbose)
+    resources, concurrent, threads = _resources(spec)
+
+    if state is not None:
+        search_id, parent_id = state["search_id"], state["parent_run_id"]
         client.update_run(parent_id, RunStatus.to_string(RunStatus.RUNNING))
+        # The process that ran them is gone (SIGKILL, power cut): say so. A trial Tune
+        # resumes reopens its own run in on_trial_start.
+        _kill_leftovers(client, res.trial_rows(client, client.get_run(parent_id)))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         exp_dir = root / search_id
@@ -388,51 +443,56 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     print(f"search '{name}' ({search_id}): {total} trials of {spec.workload}, target {spec.target_accuracy}, "
           f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
 
-    # The dataset is prepared once per search, before any trial (cached on disk).
-    from autospeed.workloads import load_workload
-
-    load_workload(spec.workload, spec.workload_options)
-
-    _quiet_ray()
-    _start_ray(ray_address, verbose)
-    from ray import tune
-
-    resources, concurrent, threads = _resources(spec)
-    experiment_id = client.get_run(parent_id).info.experiment_id
-    tracker = _make_tracker(client, experiment_id, parent_id, search_id, spec, total, console)
-    trainable = tune.with_resources(
-        tune.with_parameters(_trainable, spec_json=spec.model_dump_json(), threads=threads), resources)
-    from ray.tune import Stopper
-
-    stopper = type("ConsecutiveErrorStopper", (_ConsecutiveErrorStopper, Stopper), {})(tracker)
-
-    interrupted = False
+    previous_sigterm = _sigterm_as_sigint()
     try:
-        if resume and tune.Tuner.can_restore(str(exp_dir)):
-            tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
-                                       resume_errored=False, restart_errored=False)
-            _reattach(tuner, tracker, stopper, verbose)
-        else:
-            searcher = _make_searcher(spec, f"sqlite:///{exp_dir / 'optuna.db'}", name, concurrent, seed)
-            tuner = tune.Tuner(
-                trainable,
-                tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_make_scheduler(spec), num_samples=total,
-                                            max_concurrent_trials=concurrent, reuse_actors=True),
-                run_config=tune.RunConfig(name=search_id, storage_path=str(root), verbose=2 if verbose else 0,
-                                          callbacks=[tracker], stop=stopper,
-                                          failure_config=tune.FailureConfig(max_failures=0),
-                                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
-            )
-        tuner.fit()
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        tracker.view.close()
+        from ray import tune
 
-    rows = res.trial_rows(client, client.get_run(parent_id))
-    unfinished = len(rows) < total or any(r.status in ("running",) for r in rows)
-    interrupted = interrupted or (unfinished and tracker.stop_reason is None)
-    _finish_parent(client, parent_id, rows, interrupted, tracker.stop_reason)
+        experiment_id = client.get_run(parent_id).info.experiment_id
+        tracker = _make_tracker(client, experiment_id, parent_id, search_id, spec, total, console)
+        trainable = tune.with_resources(
+            tune.with_parameters(_trainable, spec_json=spec.model_dump_json(), threads=threads), resources)
+        from ray.tune import Stopper
+
+        stopper = type("ConsecutiveErrorStopper", (_ConsecutiveErrorStopper, Stopper), {})()
+        _ACTIVE_TRACKER[:] = [tracker]
+
+        interrupted = False
+        try:
+            if resume and tune.Tuner.can_restore(str(exp_dir)):
+                tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                           resume_errored=False, restart_errored=False)
+                _reattach(tuner, tracker, stopper, verbose)
+            else:
+                searcher = _make_searcher(spec, f"sqlite:///{exp_dir / 'optuna.db'}", name, concurrent, seed)
+                tuner = tune.Tuner(
+                    trainable,
+                    tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_make_scheduler(spec),
+                                                num_samples=total, max_concurrent_trials=concurrent,
+                                                reuse_actors=True),
+                    run_config=tune.RunConfig(name=search_id, storage_path=str(root), verbose=2 if verbose else 0,
+                                              callbacks=[tracker], stop=stopper,
+                                              failure_config=tune.FailureConfig(max_failures=0),
+                                              checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+                )
+            tuner.fit()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            tracker.view.close()
+
+        rows = res.trial_rows(client, client.get_run(parent_id))
+        unfinished = len(rows) < total or any(r.status in ("running",) for r in rows)
+        interrupted = interrupted or (unfinished and tracker.stop_reason is None)
+        _finish_parent(client, parent_id, rows, interrupted, tracker.stop_reason)
+    except BaseException as e:
+        # A crash or an interrupt outside tuner.fit(): leave no run claiming to be RUNNING.
+        killed = isinstance(e, KeyboardInterrupt)
+        _finish_parent(client, parent_id, res.trial_rows(client, client.get_run(parent_id)), killed,
+                       None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
+        raise
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
     return SearchOutcome(name, search_id, parent_id, exp_dir, rows, interrupted, tracker.stop_reason,
                          time.perf_counter() - wall_start)
 
@@ -455,16 +515,44 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _finish_parent(client, parent_id: str, rows: list[res.TrialRow], interrupted: bool,
-                   stop_reason: str | None) -> None:
+def _sigterm_as_sigint():
+    """Make SIGTERM (`kill`, a scheduler's stop) end a search the way Ctrl-C does.
+
+    Inside tuner.fit() Ray Tune's own SIGINT handler stops the trials, saves the
+    experiment and returns; elsewhere SIGINT raises KeyboardInterrupt. SIGTERM calls
+    whichever SIGINT handler is current. Returns the previous handler (None when
+    not on the main thread, where signals cannot be set).
+    """
+
+    def forward(signum, frame):
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, forward)
+    except ValueError:
+        return None
+
+
+def _kill_leftovers(client, rows: list[res.TrialRow]) -> None:
+    """Child runs left RUNNING (a killed trial) are marked KILLED, never left lying."""
     from mlflow.entities import RunStatus
 
-    # Child runs left RUNNING (a killed trial) are marked KILLED, never left lying.
     for r in rows:
         if r.status == "running":
             client.set_tag(r.run_id, t.TAG_STATUS, "killed")
             client.set_terminated(r.run_id, RunStatus.to_string(RunStatus.KILLED))
             r.status = "killed"
+
+
+def _finish_parent(client, parent_id: str, rows: list[res.TrialRow], interrupted: bool,
+                   stop_reason: str | None) -> None:
+    from mlflow.entities import RunStatus
+
+    _kill_leftovers(client, rows)
     summary = res.summary_metrics(rows)
     t.log_batch(client, parent_id, t.metrics({k: v for k, v in summary.items() if v is not None}))
     client.log_text(parent_id, res.leaderboard_csv(rows), "leaderboard.csv")

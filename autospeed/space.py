@@ -199,7 +199,10 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise_user_error(e, source, SearchSpec)
         raise
     _check_layers(spec, source)
-    check_options(spec.workload, spec.workload_options)
+    try:
+        check_options(spec.workload, spec.workload_options)
+    except UserError as e:  # the workload layer does not know which file named it
+        raise UserError(f"{source}: {e}") from None
     return spec
 
 

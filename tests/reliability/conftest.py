@@ -1,0 +1,154 @@
+"""Fault injection for real: the CLI in a subprocess, signals, plugin workloads that fail."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+FAULTY_PLUGIN = '''
+"""A workload that fails on purpose: CUDA OOM above a batch size, NaN at one batch size."""
+import os
+import torch
+from torch import nn
+from autospeed.workloads import Workload
+
+
+class Net(nn.Module):
+    def __init__(self, oom_above, nan_batch, marker):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        self.oom_above, self.nan_batch, self.marker = oom_above, nan_batch, marker
+
+    def forward(self, x):
+        if self.training and x.shape[0] > self.oom_above:
+            with open(self.marker, "a") as f:  # one line per OOM: a retry would add another
+                f.write(f"{os.getpid()} {x.shape[0]}\\n")
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        out = self.body(x)
+        if self.training and x.shape[0] == self.nan_batch:
+            out = out * float("nan")
+        return out
+
+
+def faulty(oom_above=64, nan_batch=9, marker="/dev/null"):
+    g = torch.Generator().manual_seed(0)
+    centers = torch.randn(4, 16, generator=g) * 3
+    y = torch.randint(0, 4, (512,), generator=g)
+    x = centers[y] + torch.randn(512, 16, generator=g)
+    return Workload(name="faulty", train_x=x[:384], train_y=y[:384], val_x=x[384:], val_y=y[384:],
+                    build_model=lambda: Net(oom_above, nan_batch, marker), num_classes=4)
+'''
+
+
+def cli_env(extra: dict[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", **(extra or {})}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+def autospeed(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240):
+    """`python -m autospeed ARGS` to completion: CompletedProcess with text stdout/stderr."""
+    return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=cwd, env=env or cli_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class Running:
+    """A CLI process in its own session (like a terminal's foreground job), output to files."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]):
+        self.out, self.err = cwd / f"out-{time.monotonic_ns()}.txt", cwd / f"err-{time.monotonic_ns()}.txt"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "autospeed", *args], cwd=cwd, env=env,
+                                         stdout=out, stderr=err, start_new_session=True)
+
+    def ctrl_c(self) -> None:
+        """What Ctrl-C in a terminal does: SIGINT to the whole foreground process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def wait(self, timeout: float = 180) -> int:
+        return self.proc.wait(timeout)
+
+    @property
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def reap(self) -> None:
+        """Kill what is left of this process group (Ray processes orphaned by a SIGKILL)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+@pytest.fixture
+def start_cli():
+    started: list[Running] = []
+
+    def start(*args: str, cwd: Path, env: dict[str, str]) -> Running:
+        started.append(Running(list(args), cwd, env))
+        return started[-1]
+
+    yield start
+    for r in started:
+        r.reap()
+
+
+def write_space(folder: Path, spec: dict, name: str = "space.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def write_plugin(folder: Path) -> Path:
+    (folder / "faulty_plugin.py").write_text(textwrap.dedent(FAULTY_PLUGIN))
+    return folder
+
+
+def client_for(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def search_runs(uri: str, name: str) -> tuple[list, list]:
+    """(parent runs, trial child runs) of experiment `name`, oldest first."""
+    c = client_for(uri)
+    exp = c.get_experiment_by_name(name)
+    if exp is None:
+        return [], []
+    runs = c.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("autospeed.kind") == "search"]
+    trials = [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"]
+    return parents, trials
+
+
+def wait_until(predicate, timeout: float = 150, every: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("autospeed: error:")]

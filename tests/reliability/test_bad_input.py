@@ -1,0 +1,96 @@
+"""Bad input: exit 2, one line naming the file, the line or key path and the fix; no traceback."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from autospeed.cli import main
+
+from .conftest import autospeed, cli_env, error_lines
+
+GOOD = """\
+name: bad
+workload: digits
+target_accuracy: 0.9
+budget: {trials: 2, max_train_seconds: 1}
+baseline: {batch_size: 32, lr: 0.05}
+fixed: {epochs: 5}
+space:
+  lr: {loguniform: [0.01, 0.5]}
+  batch_size: {choice: [32, 64]}
+"""
+
+# (id, text replacing one line of GOOD or a whole file, words the one-line message must hold)
+CASES = [
+    ("yaml-syntax", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5"), ["line 7", "column", "YAML syntax"]),
+    ("unknown-key", GOOD.replace("budget:", "budgett:"), ["budgett", "did you mean 'budget'"]),
+    ("unknown-nested-key", GOOD.replace("max_train_seconds: 1", "max_train_secs: 1"),
+     ["budget.max_train_secs", "did you mean 'max_train_seconds'"]),
+    ("unknown-knob", GOOD.replace("batch_size: {choice", "batch_sise: {choice"),
+     ["space.batch_sise", "did you mean 'batch_size'"]),
+    ("duplicate-key", GOOD + "target_accuracy: 0.8\n", ["duplicate key 'target_accuracy'", "line 10"]),
+    ("wrong-type", GOOD.replace("trials: 2", "trials: many"), ["budget.trials", "'many'"]),
+    ("inverted-range", GOOD.replace("[0.01, 0.5]", "[0.5, 0.01]"), ["space.lr", "low < high", "swap"]),
+    ("empty-range", GOOD.replace("[0.01, 0.5]", "[0.1, 0.1]"), ["space.lr", "low < high"]),
+    ("log-low-not-positive", GOOD.replace("[0.01, 0.5]", "[0.0, 0.5]"), ["space.lr", "low > 0"]),
+    ("empty-choice", GOOD.replace("[32, 64]", "[]"), ["space.batch_size", "empty choice"]),
+    ("unknown-workload", GOOD.replace("workload: digits", "workload: digitz"),
+     ["unknown workload 'digitz'", "digits"]),
+    ("target-above-1", GOOD.replace("target_accuracy: 0.9", "target_accuracy: 1.5"), ["target_accuracy", "1.5"]),
+    ("target-zero", GOOD.replace("target_accuracy: 0.9", "target_accuracy: 0"), ["target_accuracy"]),
+    ("baseline-out-of-range", GOOD.replace("batch_size: 32, lr", "batch_size: 0, lr"),
+     ["baseline", "batch_size", "greater than or equal to 1"]),
+    ("fixed-bad-value", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5, precision: fp8}"),
+     ["baseline", "precision", "fp8"]),
+    ("choice-value-not-allowed", GOOD.replace("[32, 64]", "[32, -4]"), ["space.batch_size.choice[1]"]),
+    ("plugin-does-not-import", GOOD.replace("workload: digits", "workload: no_such_pkg.models:factory"),
+     ["no_such_pkg.models", "does not import", "PYTHONPATH"]),
+]
+
+
+@pytest.mark.parametrize("text,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_validate_rejects_with_one_line(tmp_path, capsys, text, words):
+    space = tmp_path / "space.yaml"
+    space.write_text(text)
+    code = main(["validate", "--space", str(space)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert str(space) in lines[0]
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert "Traceback" not in err + out
+
+
+def test_good_file_validates(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text(GOOD)
+    assert main(["validate", "--space", str(space)]) == 0
+
+
+@pytest.mark.parametrize("case", ["yaml-syntax", "unknown-key", "plugin-does-not-import"])
+def test_search_rejects_before_anything_runs(tmp_path, case):
+    text = dict((c[0], c[1]) for c in CASES)[case]
+    space = tmp_path / "space.yaml"
+    space.write_text(text)
+    p = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                  "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert len(error_lines(p.stderr)) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert str(space) in error_lines(p.stderr)[0]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "store").exists()
+
+
+def test_yaml_is_loaded_safely(tmp_path, capsys):
+    """A YAML tag that would construct a Python object is an error, never executed."""
+    marker = tmp_path / "pwned"
+    space = tmp_path / "space.yaml"
+    space.write_text(GOOD + textwrap.dedent(f"""\
+        evil: !!python/object/apply:os.system ["touch {marker}"]
+    """))
+    assert main(["validate", "--space", str(space)]) == 2
+    assert not marker.exists()
+    assert "Traceback" not in capsys.readouterr().err
