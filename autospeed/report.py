@@ -79,7 +79,12 @@ class SearchData:
     max_train_seconds: float | None
     importances: dict[str, float] | None
     environment: dict[str, str]
+    run_names: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def label(self, row: res.TrialRow) -> str:
+        """The trial's MLflow run name (what the MLflow UI lists), else its short trial id."""
+        return self.run_names.get(row.run_id) or ("baseline" if row.baseline else row.trial_id.rsplit("_", 1)[-1])
 
     @property
     def winner(self) -> res.TrialRow | None:
@@ -91,8 +96,6 @@ class SearchData:
         return res.baseline_of(self.rows)
 
 
-def label(row: res.TrialRow) -> str:
-    return "baseline" if row.baseline else row.trial_id.rsplit("_", 1)[-1]
 
 
 def curve(client, run_id: str) -> Curve:
@@ -146,11 +149,14 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     parent = res.find_parent(client, name)
     search_id = parent.data.tags.get(t.TAG_SEARCH_ID, "")
     rows = res.trial_rows(client, parent)
+    names = {run.info.run_id: run.info.run_name for run in res.child_runs(client, parent)}
     curves = {r.run_id: curve(client, r.run_id) for r in rows}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
     for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM):
         by_recipe.setdefault((r.trial_id, r.baseline), []).append(r.tta_seconds if r.reached else None)
-    confirmed = [Confirmed("baseline" if b else tid.rsplit("_", 1)[-1], b, ttas) for (tid, b), ttas in by_recipe.items()]
+    trial_names = {r.trial_id: names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id
+    confirmed = [Confirmed("baseline" if b else f"{trial_names.get(tid) or 'trial'} ({tid})", b, ttas)
+                 for (tid, b), ttas in by_recipe.items()]
     confirmed.sort(key=lambda c: c.median if c.median is not None else math.inf)
     imp, why = importances(study_path(storage_path, name, search_id), name)
     env: dict[str, str] = {}
@@ -163,7 +169,7 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
         name=name, search_id=search_id, parent=parent, rows=rows, curves=curves, confirmed=confirmed,
         target=_float_param(rows, parent, "target_accuracy", "target_accuracy"),
         max_train_seconds=_float_param(rows, parent, "max_train_seconds", "budget.max_train_seconds"),
-        importances=imp, environment=env, notes=[why] if why else [])
+        importances=imp, environment=env, run_names=names, notes=[why] if why else [])
 
 
 # ------------------------------------------------------------------ figures
@@ -204,18 +210,20 @@ def plot_curves(d: SearchData, path: Path) -> Path:
         c = d.curves.get(r.run_id) if r is not None else None
         if c and c.train_seconds:
             tta = f", TTA {r.tta_seconds:.2f} s" if r.reached else f", {r.status}"
-            who = "" if r.baseline else f"{label(r)}, "
+            who = "" if r.baseline else f"{d.label(r)}, "
             ax.plot(c.train_seconds, c.val_accuracy, color=colour, lw=2.4, ls="--" if r.baseline else "-",
                     marker="o", ms=4, label=f"{text} ({who}{tta.removeprefix(', ')})", zorder=5)
             if r.reached:
                 ax.plot([r.tta_seconds], [d.target], marker="o", color=colour, ms=8, zorder=6)
     if d.target is not None:
         ax.axhline(d.target, color="#c62828", lw=1, ls=":", label=f"target {d.target:g}")
-    if d.max_train_seconds:
+    right = max([x for c in d.curves.values() for x in c.train_seconds] + [1e-3])
+    if d.max_train_seconds and right >= 0.5 * d.max_train_seconds:  # far off to the right, it would squash the curves
         ax.axvline(d.max_train_seconds, color="#555", lw=0.8, ls="-.", label=f"budget {d.max_train_seconds:g} s")
+        right = max(right, d.max_train_seconds)
+    ax.set_xlim(0, right * 1.05)
     for status in sorted({r.status for r in d.rows if r not in (winner, base)}):
         ax.plot([], [], color=STATUS_COLOURS.get(status, "#777"), alpha=0.6, label=f"other trials: {status}")
-    ax.set_xlim(left=0)
     ax.set_xlabel("train clock (s, evaluation excluded)")
     ax.set_ylabel("validation accuracy")
     ax.set_title(f"Time to target: every trial of '{d.name}'")
@@ -233,7 +241,7 @@ def plot_tta(d: SearchData, path: Path) -> Path:
     for r in order:
         c = d.curves.get(r.run_id)
         used = c.train_seconds[-1] if c and c.train_seconds else 0.0
-        names.append(label(r))
+        names.append(d.label(r))
         widths.append(r.tta_seconds if r.reached else used)
         colours.append(STATUS_COLOURS.get(r.status, "#777"))
     y = list(range(len(order)))[::-1]
@@ -304,20 +312,24 @@ def plot_importance(d: SearchData, path: Path) -> Path:
 def plot_confirm(d: SearchData, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, max(2.2, 0.5 * len(d.confirmed) + 1)))
-    shown = [c for c in d.confirmed if c.reached]
+    shown = d.confirmed
     for i, c in enumerate(shown[::-1]):
-        lo, hi = min(c.reached), max(c.reached)
         colour = BASELINE_COLOUR if c.baseline else WINNER_COLOUR
+        if not c.reached:
+            ax.text(0, i, f"  target missed in all {len(c.ttas)} repeats", va="center", fontsize=8, color="#c62828")
+            continue
+        lo, hi = min(c.reached), max(c.reached)
         ax.plot([lo, hi], [i, i], color=colour, lw=2)
         if c.median is not None:
             ax.plot([c.median], [i], marker="D", color=colour, ms=8)
-            ax.text(hi, i, f"  median {c.median:.2f} s ({len(c.reached)}/{len(c.ttas)} reached)", va="center",
-                    fontsize=8)
+        med = f"median {c.median:.2f} s" if c.median is not None else "median: missed"
+        ax.text(hi, i, f"  {med} ({len(c.reached)}/{len(c.ttas)} reached)", va="center", fontsize=8)
     ax.set_yticks(range(len(shown)), [c.label for c in shown[::-1]], fontsize=8)
+    ax.set_ylim(-0.7, len(shown) - 0.3)
     ax.set_xlabel("TTA over confirmation repeats, train-clock s (line: min to max, diamond: median)")
     ax.set_title("Confirmation runs (new seeds, interleaved)")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_xlim(0, max([max(c.reached) for c in shown] + [1e-9]) * 1.5)
+    ax.set_xlim(0, max([max(c.reached) for c in shown if c.reached] + [1e-9]) * 1.5)
     return _save(fig, path)
 
 
@@ -345,9 +357,9 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
     winner = d.winner
     counts = ", ".join(f"{k.removeprefix('trials_')} {v}" for k, v in summary.items()
                        if k.startswith("trials_") and k != "trials_total")
-    cards = [("best TTA (search)", _fmt(summary[t.M_BEST_TTA], " s")),
-             ("baseline TTA", _fmt(summary[t.M_BASELINE_TTA], " s")),
-             ("speed-up", _fmt(summary[t.M_SPEEDUP], "x")),
+    cards = [("best TTA (search, 1 run)", _fmt(summary[t.M_BEST_TTA], " s")),
+             ("baseline TTA (1 run)", _fmt(summary[t.M_BASELINE_TTA], " s")),
+             ("speed-up (search)", _fmt(summary[t.M_SPEEDUP], "x")),
              ("trials", f"{summary['trials_total']}")]
     if "confirm_tta_seconds_median" in m:
         cards += [("confirmed median TTA", _fmt(m.get("confirm_tta_seconds_median"), " s")),
@@ -366,7 +378,7 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
            + "</div>",
            f"<p>Trial outcomes: {e(counts or 'none')}.</p>"]
     if winner is not None:
-        out.append(f"<p>Winner: <b>{e(label(winner))}</b> with {e(winner.knobs())}.</p>")
+        out.append(f"<p>Winner: <b>{e(d.label(winner))} (trial {e(winner.trial_id)})</b> with {e(winner.knobs())}.</p>")
     else:
         out.append("<p class='note'>No trial reached the target: raise budget.max_train_seconds or lower "
                    "target_accuracy and search again.</p>")
@@ -384,12 +396,12 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
     for key, (path, caption) in figures.items():
         out.append(f"<h2>{e(caption.split(':')[0])}</h2><figure><img id='fig-{e(key)}' alt='{e(key)}' "
                    f"src='{_data_uri(path)}'><figcaption>{e(caption)}</figcaption></figure>")
-    out.append("<h2>Leaderboard</h2><table><tr><th>#</th><th>trial</th><th>status</th><th>TTA s</th>"
-               "<th>best acc</th><th>vs baseline</th><th>knobs</th></tr>")
+    out.append("<h2>Leaderboard</h2><table><tr><th>#</th><th>MLflow run</th><th>trial id</th><th>status</th>"
+               "<th>TTA s</th><th>best acc</th><th>vs baseline</th><th>knobs</th></tr>")
     base_row = d.baseline
     for i, r in enumerate(res.ranked(d.rows), 1):
         sp = res.speedup(base_row, r)
-        out.append(f"<tr><td>{i}</td><td>{e(label(r))}</td>"
+        out.append(f"<tr><td>{i}</td><td>{e(d.label(r))}</td><td>{e(r.trial_id)}</td>"
                    f"<td style='color:{STATUS_COLOURS.get(r.status, '#777')}'>{e(r.status)}</td>"
                    f"<td>{_fmt(r.tta_seconds if r.reached else None)}</td>"
                    f"<td>{'-' if r.best_val_accuracy is None else f'{r.best_val_accuracy:.4f}'}</td>"

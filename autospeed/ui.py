@@ -76,29 +76,35 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def experiment_url(base_url: str, tracking_uri: str, name: str | None) -> str:
+# MLflow 3's UI opens experiments on its GenAI overview; this query selects the
+# "Model training" workflow, whose runs table nests trials under their search run.
+RUNS_VIEW = "runs?workflowType=machine_learning"
+
+
+def experiment_path(tracking_uri: str, name: str | None) -> str:
+    """The UI route (after the base URL) of a search's runs table, or of the experiment list."""
     if not name:
-        return base_url
+        return "/#/experiments?workflowType=machine_learning"
     from autospeed import tracking
 
     exp = tracking.connect(tracking_uri).get_experiment_by_name(name)
     if exp is None:
         raise UserError(f"--name: no search named '{name}' in {tracking.redact(tracking_uri)}")
-    return f"{base_url}/#/experiments/{exp.experiment_id}"
+    return f"/#/experiments/{exp.experiment_id}/{RUNS_VIEW}"
 
 
 def serve(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, name: str | None = None) -> int:
     """Run the UI in the foreground until Ctrl-C. Returns the exit code."""
     from autospeed.tracking import redact
 
-    link = experiment_url("", tracking_uri, name) if name else ""
+    link = experiment_path(tracking_uri, name)
     proc, url = start(tracking_uri, host, port, log=None)  # the server's own log stays visible
     if host not in (LOOPBACK, "localhost", "::1"):
         print(f"warning: the MLflow UI has no login and listens on {host}; anyone who reaches it sees every run",
               file=sys.stderr)
     print(f"MLflow UI for {redact(tracking_uri)}: {url}{link}   (Ctrl-C stops it)", flush=True)
-    print("compare trials: open the search's experiment, expand the search run to see its trials, "
-          "add the tta_seconds column, tick trials and press Compare", flush=True)
+    print("compare trials: open the search's experiment (Model training > Runs), expand the search run (+) to see "
+          "its trials, Columns > tta_seconds, tick trials and press Compare", flush=True)
     import signal
 
     def on_term(signum, frame):  # `kill` or a supervisor: take the server down with us

@@ -1,0 +1,205 @@
+"""The MLflow UI and report.html as a person sees them: a real search, the real
+MLflow server (`autospeed ui`), and headless Chromium driven by Selenium.
+
+Needs Debian's `chromium` and `chromium-driver` (installed by .ci/run); skipped
+where they are missing. Screenshots go to tests/artifacts/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+REPO = Path(__file__).resolve().parents[1]
+WAIT_SECONDS = 90  # the React app's first render on a loaded CI machine
+
+pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+                                reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A real smoke search (Ray, Optuna, ASHA, MLflow) and its report, in a private store.
+
+    smoke.yaml as shipped, with the target lowered and the budget raised so that on a
+    busy 2-core machine some trial still reaches the target: the page must show TTAs.
+    """
+    tmp = tmp_path_factory.mktemp("browser")
+    space = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text())
+    space.update(target_accuracy=0.5, budget={"trials": 4, "max_train_seconds": 10}, confirm={"top_k": 1, "repeats": 0})
+    (tmp / "space.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    cli = [sys.executable, "-m", "autospeed"]
+    r = subprocess.run([*cli, "search", "--space", "space.yaml", "--tracking-uri", uri, "--storage-path", "results"],
+                       cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([*cli, "report", "--name", "smoke", "--tracking-uri", uri, "--storage-path", "results",
+                        "--out", "report"], cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    from mlflow.tracking import MlflowClient
+
+    from autospeed import results as res
+
+    client = MlflowClient(uri)
+    parent = res.find_parent(client, "smoke")
+    rows = res.trial_rows(client, parent)
+    assert len(rows) == 4
+    assert any(r.reached for r in rows), "no trial reached the target, so no TTA could be shown; rerun on a quieter machine"
+    return {"tmp": tmp, "uri": uri, "parent": parent, "rows": rows, "report": tmp / "report" / "report.html"}
+
+
+@pytest.fixture(scope="module")
+def ui_url(searched):
+    """`autospeed ui` on a free loopback port; its printed URL."""
+    from autospeed.ui import free_port
+
+    proc = subprocess.Popen([sys.executable, "-m", "autospeed", "ui", "--tracking-uri", searched["uri"],
+                             "--port", str(free_port()), "--name", "smoke"], cwd=searched["tmp"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True).start()
+    url, seen, deadline = None, [], time.monotonic() + 150
+    while url is None and time.monotonic() < deadline and proc.poll() is None:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        m = re.search(r"MLflow UI for \S+: (http://127\.0\.0\.1:\d+\S*)", line)
+        url = m.group(1) if m else None
+    try:
+        assert url, "autospeed ui printed no URL:\n" + "".join(seen)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)  # autospeed ui stops its mlflow server on SIGTERM
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", "--window-size=2200,1100",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def _shot(driver, name: str) -> Path:
+    path = ARTIFACTS / name
+    driver.save_screenshot(str(path))
+    return path
+
+
+def _row_index(link) -> str:
+    return link.find_element("xpath", "./ancestor::div[contains(@class,'ag-row')][1]").get_attribute("row-index")
+
+
+def test_mlflow_ui_shows_the_trials_nested_under_the_search_with_their_tta(searched, ui_url, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_SECONDS)
+    parent_id = searched["parent"].info.run_id
+    assert "/runs?workflowType=machine_learning" in ui_url  # straight to the runs table, not the GenAI overview
+    browser.get(ui_url)
+    parent_link = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, f"a[href*='/runs/{parent_id}']")))
+    assert parent_link.text.startswith("search-")
+    child = {r.run_id: r for r in searched["rows"]}
+    # Collapsed: the trials are not rows of their own until the search run is expanded.
+    assert not [e for e in browser.find_elements(By.CSS_SELECTOR, "a[href*='/runs/']")
+                if any(rid in e.get_attribute("href") for rid in child) and e.is_displayed()]
+    parent_row = parent_link.find_element(By.XPATH, "./ancestor::div[contains(@class,'ag-cell')][1]")
+    parent_row.find_element(By.CSS_SELECTOR, "button[data-component-id*='runnamecellrenderer']").click()
+    links = {rid: wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, f"a[href*='/runs/{rid}']")))
+             for rid in child}
+    names = {links[rid].text for rid in child}
+    assert "baseline" in names and sum(n.startswith("trial-") for n in names) == 3
+    for link in links.values():  # nested: indented under the search run
+        assert link.location["x"] > parent_link.location["x"] + 5
+
+    # The tta_seconds column, picked the way a user does: Columns -> search -> tick.
+    next(b for b in browser.find_elements(By.TAG_NAME, "button") if b.text.strip() == "Columns").click()
+    box = wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, "input[placeholder='Search columns']")))
+    box.send_keys("tta_seconds")
+
+    def tta_node(driver):  # the tree node named exactly tta_seconds (best_tta_seconds matches the search too)
+        nodes = [n for n in driver.find_elements(By.CSS_SELECTOR, "[class*='tree-treenode']")
+                 if n.text.strip() == "tta_seconds" and n.is_displayed()]
+        return nodes[0] if nodes else False
+
+    try:
+        wait.until(tta_node).find_element(By.CSS_SELECTOR, "[class*='tree-checkbox']").click()
+    except Exception:
+        _shot(browser, "mlflow_columns_failure.png")
+        (ARTIFACTS / "mlflow_columns_failure.html").write_text(browser.page_source)
+        raise
+    box.send_keys(Keys.ESCAPE)
+    column = "metrics.`tta_seconds`"
+    wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, f".ag-header-cell[col-id='{column}']")))
+    time.sleep(1)
+    _shot(browser, "mlflow_runs.png")
+    shown = 0
+    for rid, row in child.items():
+        cell = browser.find_element(By.CSS_SELECTOR, f".ag-center-cols-container .ag-row[row-index='{_row_index(links[rid])}'] "
+                                                     f"[col-id='{column}']")
+        if row.reached:
+            assert float(cell.text) == pytest.approx(row.tta_seconds, rel=1e-3), (links[rid].text, cell.text)
+            shown += 1
+        else:
+            assert cell.text.strip() in ("", "-"), (links[rid].text, cell.text)
+    assert shown >= 1
+
+
+def test_report_html_shows_its_figures_offline(searched, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(searched["report"].as_uri())
+    imgs = browser.find_elements(By.TAG_NAME, "img")
+    assert len(imgs) >= 4  # curves, tta, tradeoff, importance (confirmation is off in this search)
+    for img in imgs:
+        assert img.get_attribute("src").startswith("data:image/png;base64,")
+        assert browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", img) > 0
+    assert "autospeed report: smoke" in browser.title
+    assert "Leaderboard" in browser.find_element(By.TAG_NAME, "body").text
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1300, min(height + 150, 12000))
+    _shot(browser, "report.png")
+    browser.set_window_size(2200, 1100)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _copy_screenshots_for_review():
+    """AUTOSPEED_SCREENSHOTS=DIR copies the screenshots there after the tests (for review, not for CI)."""
+    yield
+    target = os.environ.get("AUTOSPEED_SCREENSHOTS")
+    if target and ARTIFACTS.exists():
+        Path(target).mkdir(parents=True, exist_ok=True)
+        for png in ARTIFACTS.glob("*.png"):
+            shutil.copy2(png, Path(target) / png.name)
