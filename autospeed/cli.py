@@ -128,7 +128,8 @@ def cmd_search(args) -> int:
     else:
         print("\nno trial reached the target")
     print(f"search took {outcome.wall_seconds:.1f} s wall; compare trials: mlflow ui --backend-store-uri "
-          f"{tracking.redact(uri)}  (or: autospeed ui)")
+          f"{tracking.redact(uri)}  (or: autospeed ui --name {spec.name}); "
+          f"figures: autospeed report --name {spec.name}")
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE

@@ -182,7 +182,7 @@ class SearchView:
         if best is not None:
             parts.append(f"best TTA {best.tta_seconds:.2f} s ({best.label})")
         if base is not None:
-            parts.append(self._baseline_text(base, best))
+            parts.append(f"baseline {self._baseline_text(base, best)}")
         parts.append(self._time_text())
         return " | ".join(parts)
 
@@ -208,8 +208,8 @@ class SearchView:
     @staticmethod
     def _baseline_text(base: _Finished, best: _Finished | None) -> str:
         if base.tta_seconds is None:
-            return f"baseline {base.status} (best acc {base.best_val_accuracy:.4f}), no speed-up yet"
-        text = f"baseline TTA {base.tta_seconds:.2f} s"
+            return f"{base.status} (best acc {base.best_val_accuracy:.4f}), no speed-up yet"
+        text = f"TTA {base.tta_seconds:.2f} s"
         if best is not None and best.tta_seconds:
             text += f", speed-up {base.tta_seconds / best.tta_seconds:.2f}x"
         return text

@@ -263,7 +263,7 @@ def plot_tta(d: SearchData, path: Path) -> Path:
 
     handles, _ = ax.get_legend_handles_labels()
     handles += [Patch(color=STATUS_COLOURS.get(s, "#777"), label=s) for s in sorted({r.status for r in order})]
-    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    ax.legend(handles=handles, fontsize=8, loc="best")
     ax.set_xlim(0, max(widths + [1e-9]) * 1.35)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
