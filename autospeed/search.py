@@ -36,9 +36,16 @@ FINAL = "final"  # key of the last report of a trial that ended on its own
 _WORKLOADS: dict[str, Any] = {}  # per actor process: reused actors skip even the memory-mapped load
 
 
-def _trainable(config: dict[str, Any], spec_json: str, threads: int) -> None:
+def _trainable(config: dict[str, Any], spec_json: str, threads: int, ledger_dir: str) -> None:
     """The thin Ray adapter: config -> Recipe -> trainer, evaluations -> tune.report."""
     from ray import tune
+
+    done = Path(ledger_dir) / f"{tune.get_context().get_trial_id()}.json"
+    if done.exists():
+        # Finished (and recorded in MLflow) before a kill that beat Tune's state save:
+        # hand Tune the recorded outcome instead of training it again.
+        tune.report(json.loads(done.read_text()))
+        return
 
     from autospeed.trainer import train
     from autospeed.workloads import load_workload
@@ -88,10 +95,12 @@ class _Tracker:
     """
 
     def __init__(self, client, experiment_id: str, parent_run_id: str, search_id: str, spec: SearchSpec,
-                 total: int, console):
+                 total: int, console, ledger_dir: Path):
         self.client, self.experiment_id, self.parent = client, experiment_id, parent_run_id
         self.search_id, self.spec, self.total, self.console = search_id, spec, total, console
         self.runs: dict[str, str] = {}
+        self.ledger_dir = ledger_dir  # one JSON per trial whose MLflow run is final
+        self.replayed: set[str] = set()
         self.finished: dict[str, dict[str, Any]] = {}
         self.errors_in_a_row: list[str] = []
         self.stop_reason: str | None = None
@@ -117,11 +126,17 @@ class _Tracker:
         params = {k: v for k, v in cfg.items() if k != "baseline"}
         return self.spec.recipe_for(params, baseline=cfg.get("baseline", False)).training_fields()
 
+    def _ledger(self, trial) -> Path:
+        return self.ledger_dir / f"{trial.trial_id}.json"
+
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         from mlflow.entities import RunStatus
 
         baseline = bool(trial.config.get("baseline"))
         run_id = self.runs.get(trial.trial_id)
+        if run_id is not None and self._ledger(trial).exists():
+            self.replayed.add(trial.trial_id)  # its run is final already; the trainable replays it
+            return
         if run_id is None:
             index = int(trial.trial_id.rsplit("_", 1)[-1]) if "_" in trial.trial_id else len(self.runs)
             run = self.client.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
@@ -136,13 +151,22 @@ class _Tracker:
         self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        if result.get(FINAL) is False:
+        if result.get(FINAL) is False and trial.trial_id not in self.replayed:
             t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result))
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         last = trial.last_result or {}
+        if trial.trial_id in self.replayed:
+            self.finished[trial.trial_id] = {"status": last.get("status"), "tta": last.get("tta_seconds"),
+                                             "baseline": bool(trial.config.get("baseline")), "config": trial.config}
+            return
         if last.get(FINAL):
             status = last["status"]
+        elif (last.get("best_val_accuracy") or 0.0) >= self.spec.target_accuracy:
+            # ASHA's max_t ended it on the very evaluation that reached the target
+            # (the trainer stops there too): that evaluation's train clock is the TTA.
+            status = "reached"
+            last = {**last, "tta_seconds": last["train_seconds"]}
         elif last.get("train_seconds", 0.0) >= self.spec.budget.max_train_seconds:
             status = "not_reached"  # ASHA's max_t ended it at the budget, a moment before the trainer would
         else:
@@ -184,6 +208,9 @@ class _Tracker:
             self.client.log_text(run_id, Recipe(**self._recipe_fields(trial)).to_yaml(), "recipe.yaml")
         failed = status in res.INFEASIBLE
         self.client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
+        write_atomic(self._ledger(trial), json.dumps({
+            FINAL: True, "status": status, "tta_seconds": tta, "objective": objective, "best_val_accuracy": best,
+            "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)}))
         self.finished[trial.trial_id] = {"status": status, "tta": tta, "baseline": bool(trial.config.get("baseline")),
                                          "config": trial.config}
         self._progress(trial, status, tta, best)
@@ -448,9 +475,11 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         from ray import tune
 
         experiment_id = client.get_run(parent_id).info.experiment_id
-        tracker = _make_tracker(client, experiment_id, parent_id, search_id, spec, total, console)
+        tracker = _make_tracker(client, experiment_id, parent_id, search_id, spec, total, console,
+                                exp_dir / "finished")
         trainable = tune.with_resources(
-            tune.with_parameters(_trainable, spec_json=spec.model_dump_json(), threads=threads), resources)
+            tune.with_parameters(_trainable, spec_json=spec.model_dump_json(), threads=threads,
+                                 ledger_dir=str(exp_dir / "finished")), resources)
         from ray.tune import Stopper
 
         stopper = type("ConsecutiveErrorStopper", (_ConsecutiveErrorStopper, Stopper), {})()
