@@ -16,6 +16,7 @@ through the `on_eval` callback; returning True from it stops the run (status
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -316,6 +317,13 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
     loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
     k = recipe.accumulation_steps
+    # The hot loop pays only for the knobs in use: no autocast context in fp32/tf32
+    # and no loss division without accumulation (experiments/trainer_overhead.py).
+    if autocast_dtype is None:
+        autocast = contextlib.nullcontext
+    else:
+        def autocast():
+            return torch.autocast(device.type, dtype=autocast_dtype)
     train_model.train()
 
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
@@ -326,11 +334,11 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
         for x, y in batches.epoch():
             if workload.augment is not None:
                 x = workload.augment(x)
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            with autocast():
                 loss = loss_fn(train_model(x), y)
             # Mean over micro-batches: k steps of B give the same update as one of B*k.
-            scaler.scale(loss / k).backward()
-            loss_sum += loss.detach().float() / k
+            scaler.scale(loss / k if k > 1 else loss).backward()
+            loss_sum += loss.detach().float()
             micro += 1
             if micro % k:
                 continue
@@ -356,7 +364,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
 
             # ---- evaluation: off the train clock ----
             train_seconds = clock.stop()
-            train_loss = loss_sum.item() / steps_since_eval
+            train_loss = loss_sum.item() / (steps_since_eval * k)
             accuracy = evaluate(eval_model, val_x, val_y, autocast_dtype, applied["channels_last"])
             state["evals"] += 1
             state["best"] = max(state["best"], accuracy)

@@ -1,0 +1,170 @@
+"""Throughput of each speed knob relative to fp32 eager, measured side by side.
+
+One workload (mnist1d, its 1-D CNN), one knob changed at a time from the
+baseline (fp32, no compile, batch 128, data on the device, no accumulation).
+Each run is autospeed's own trainer with two evaluations: the first after
+`--steps` optimizer steps (warm-up, and compilation where asked), the second
+after `--steps` more. Steady-state throughput is that second interval's
+samples/s on the train clock (evaluation excluded); compile seconds are the
+first step's time for compiled runs. Runs are interleaved (every variant once
+per round, `--rounds` rounds) so drift on a shared machine hits all alike; each
+variant's ratio is the median over rounds of (variant / baseline in the same
+round). Knobs that are no-ops on a CPU (tf32, channels_last, cudnn_benchmark)
+are measured too, to show they cost nothing, and `applied` is printed.
+
+Run:
+    .venv/bin/python experiments/knobs.py                       # ~3 min on 2 CPU cores
+    .venv/bin/python experiments/knobs.py --rounds 5 --out experiments/results/knobs_cpu.md
+    .venv/bin/python experiments/knobs.py --device cuda --out experiments/results/knobs_gpu.md
+
+Timing takes the exclusive CPU lock (/tmp/cpu.lock) that the other benchmarks and
+searches on this machine respect, so nothing else loads the cores meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import fcntl
+import os
+import statistics
+import sys
+import tempfile
+
+if "--warm-compile-cache" not in sys.argv:
+    # A private, empty Inductor cache: the first compiled run pays the cold compile a
+    # new machine pays; later rounds hit the cache as reused trial workers do.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="knobs-inductor-")
+
+import torch  # noqa: E402 - after the cache location is set
+
+from autospeed.environment import environment  # noqa: E402
+from autospeed.recipe import Recipe  # noqa: E402
+from autospeed.trainer import pick_device, train  # noqa: E402
+from autospeed.workloads import load_workload  # noqa: E402
+
+LOCK_PATH = "/tmp/cpu.lock"
+BASELINE = dict(precision="fp32", compile="none", batch_size=128, accumulation_steps=1, data_loader="device")
+
+# (label, recipe overrides). The baseline is measured every round; ratios are against it.
+VARIANTS: list[tuple[str, dict]] = [
+    ("fp32 eager (baseline)", {}),
+    ("precision tf32", {"precision": "tf32"}),
+    ("precision bf16", {"precision": "bf16"}),
+    ("precision fp16", {"precision": "fp16"}),
+    ("compile default", {"compile": "default"}),
+    ("compile reduce-overhead", {"compile": "reduce-overhead"}),
+    ("batch 32", {"batch_size": 32}),
+    ("batch 64", {"batch_size": 64}),
+    ("batch 256", {"batch_size": 256}),
+    ("batch 512", {"batch_size": 512}),
+    ("batch 1024", {"batch_size": 1024}),
+    ("batch 64 x accumulation 2", {"batch_size": 64, "accumulation_steps": 2}),
+    ("batch 32 x accumulation 4", {"batch_size": 32, "accumulation_steps": 4}),
+    ("batch 128 x accumulation 4", {"accumulation_steps": 4}),
+    ("dataloader, 0 workers", {"data_loader": "dataloader", "num_workers": 0}),
+    ("dataloader, 1 worker (persistent)", {"data_loader": "dataloader", "num_workers": 1,
+                                           "persistent_workers": True}),
+    ("activation_checkpointing", {"activation_checkpointing": True}),
+    ("channels_last", {"channels_last": True}),
+    ("cudnn_benchmark", {"cudnn_benchmark": True}),
+]
+
+
+@contextlib.contextmanager
+def exclusive_cpu():
+    with open(LOCK_PATH, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def machine_header(device: torch.device) -> str:
+    env = environment(device)
+    gpu = f", {env['device_name']}, CUDA {env['cuda']}, driver {env['driver']}" if device.type == "cuda" else ""
+    return (f"machine: {env['cpu_model']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads{gpu}, "
+            f"torch {env['torch']}, Python {env['python']}, autospeed {env['autospeed']}, {env['platform']}\n"
+            f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+
+
+def measure(recipe: Recipe, workload, steps: int) -> dict:
+    """Steady-state samples/s over `steps` optimizer steps after `steps` warm-up steps."""
+    steps_per_epoch = len(workload.train_x) // (recipe.batch_size * recipe.accumulation_steps)
+    interval = steps / steps_per_epoch
+    recipe = recipe.model_copy(update={"epochs": 2 * interval, "eval_every_epochs": interval})
+    result = train(recipe, workload)
+    # history[1] is the measured interval (a float rounding may add a 1-step third one).
+    if result.status != "not_reached" or len(result.history) < 2:
+        raise RuntimeError(f"{recipe.model_dump(include=set(BASELINE))}: {result.status} {result.error} "
+                           f"after {len(result.history)} evaluations")
+    return {"samples_per_second": result.history[1]["samples_per_second"],
+            "first_step_seconds": result.first_step_seconds, "compile_seconds": result.compile_seconds,
+            "applied": result.applied}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--num-samples", type=int, default=25000, help="mnist1d size (80%% train)")
+    ap.add_argument("--steps", type=int, default=100, help="optimizer steps of warm-up, then of measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (every variant once per round)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    ap.add_argument("--skip", nargs="*", default=[], help="skip variants whose label contains any of these")
+    ap.add_argument("--warm-compile-cache", action="store_true",
+                    help="use the usual Inductor cache instead of a fresh one (compile times then look warm)")
+    ap.add_argument("--out", help="also write the table as Markdown to this file")
+    args = ap.parse_args()
+
+    workload = load_workload("mnist1d", {"num_samples": args.num_samples})  # generated/cached off the clock
+    base = Recipe(workload="mnist1d", target_accuracy=1.0, max_train_seconds=1e9, lr=0.01, device=args.device,
+                  seed=0, **BASELINE)
+    device = pick_device(base)
+    header = machine_header(device)
+    print(header, flush=True)
+    variants = [(label, o) for label, o in VARIANTS if not any(s in label for s in args.skip)]
+    runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
+    with exclusive_cpu():
+        measure(base, workload, args.steps)  # untimed: thread pool, allocator and caches warm for everyone
+        for r in range(args.rounds):
+            for label, overrides in variants:
+                runs[label].append(measure(base.model_copy(update=overrides), workload, args.steps))
+                m = runs[label][-1]
+                print(f"round {r + 1}/{args.rounds}  {label:<36} {m['samples_per_second']:10.0f} samples/s"
+                      + (f"  compile {m['compile_seconds']:.1f} s" if m["compile_seconds"] else ""), flush=True)
+
+    baseline = runs[VARIANTS[0][0]]
+    lines = [
+        f"mnist1d num_samples={args.num_samples} ({len(workload.train_x)} train), 1-D CNN, device {device.type}; "
+        f"baseline {BASELINE}; samples/s on the train clock over {args.steps} optimizer steps after {args.steps} "
+        f"warm-up steps; {args.rounds} interleaved rounds; ratio = median over rounds of variant / baseline "
+        f"in the same round; compile s = first step of a compiled run (first: cold Inductor cache)",
+        "",
+        "| variant | samples/s (median) | vs fp32 eager | min-max ratio | first step s | compile s | not applied |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for label, overrides in variants:
+        ms = runs[label]
+        ratios = [m["samples_per_second"] / b["samples_per_second"] for m, b in zip(ms, baseline)]
+        compile_s = [m["compile_seconds"] for m in ms]
+        asked = {"tf32": overrides.get("precision") == "tf32", **{k: overrides.get(k, False) for k in
+                 ("channels_last", "cudnn_benchmark", "activation_checkpointing")}}
+        not_applied = [k for k, on in asked.items() if on and ms[0]["applied"].get(k) is False]
+        compile_text = (f"{statistics.median(compile_s):.2f} (first {compile_s[0]:.2f})"
+                        if any(compile_s) else "-")
+        lines.append(f"| {label} | {statistics.median(m['samples_per_second'] for m in ms):,.0f} | "
+                     f"**{statistics.median(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
+                     f"{statistics.median(m['first_step_seconds'] for m in ms):.3f} | {compile_text} | "
+                     f"{', '.join(not_applied) or '-'} |")
+    table = "\n".join(lines)
+    print()
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(f"# Knob throughput relative to fp32 eager\n\n`python {' '.join(sys.argv)}`\n\n"
+                    f"```\n{header}\n```\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
