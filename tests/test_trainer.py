@@ -243,7 +243,7 @@ def test_error_in_the_model_ends_failed_not_raised(write_plugin):
 def test_accumulation_matches_the_larger_batch(digits, optimizer, data_loader):
     # The digits MLP has no batch-dependent layers, so batch B x k accumulation
     # steps must follow the same trajectory as batch B*k, step for step.
-    def final_parameters(batch_size: int, accumulation_steps: int) -> list[torch.Tensor]:
+    def final_parameters(batch_size: int, accumulation_steps: int) -> tuple[int, list[torch.Tensor]]:
         workload, built = capture_model(digits)
         result = train(recipe(batch_size=batch_size, accumulation_steps=accumulation_steps, optimizer=optimizer,
                               lr=0.05 if optimizer == "sgd" else 0.003, schedule="cosine", warmup_fraction=0.2,
