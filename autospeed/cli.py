@@ -40,7 +40,10 @@ def cmd_train(args) -> int:
     client = None
     if not args.no_track:
         client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
-    workload = load_workload(recipe.workload, recipe.workload_options)
+    try:
+        workload = load_workload(recipe.workload, recipe.workload_options)
+    except UserError as e:
+        raise UserError(f"{args.config}: {e}") from None
     here = environment(pick_device(recipe))
     if recipe.measured and recipe.measured.environment:
         diff = differences(recipe.measured.environment, here)

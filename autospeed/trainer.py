@@ -266,6 +266,11 @@ def train(
     if num_threads:
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
+    # Every run pays for its own compilation: without this, a reused process (a Ray
+    # actor running many trials) would find the graphs of an earlier run cached in
+    # memory and undercharge compiled recipes. Inductor's on-disk cache stays, as it
+    # does for a user's next run on the same machine.
+    torch._dynamo.reset()
     torch.manual_seed(recipe.seed)
     device = pick_device(recipe)
     applied: dict[str, Any] = {"device": device.type, "precision": recipe.precision,
