@@ -11,7 +11,7 @@ from autospeed import results as res
 from autospeed import tracking as t
 from autospeed.errors import RunFailure
 from autospeed.recipe import Measured, load_recipe
-from autospeed.yamlio import dump_yaml, write_atomic
+from autospeed.yamlio import write_atomic
 
 
 def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[str, res.TrialRow]:

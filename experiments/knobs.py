@@ -24,9 +24,6 @@ searches on this machine respect, so nothing else loads the cores meanwhile.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime
-import fcntl
 import os
 import statistics
 import sys
@@ -37,14 +34,13 @@ if "--warm-compile-cache" not in sys.argv:
     # new machine pays; later rounds hit the cache as reused trial workers do.
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="knobs-inductor-")
 
-import torch  # noqa: E402 - after the cache location is set
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cpu_lock, emit_table, machine_header  # noqa: E402
 
-from autospeed.environment import environment  # noqa: E402
 from autospeed.recipe import Recipe  # noqa: E402
 from autospeed.trainer import pick_device, train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
-LOCK_PATH = "/tmp/cpu.lock"
 BASELINE = dict(precision="fp32", compile="none", batch_size=128, accumulation_steps=1, data_loader="device")
 
 # (label, recipe overrides). The baseline is measured every round; ratios are against it.
@@ -72,22 +68,6 @@ VARIANTS: list[tuple[str, dict]] = [
 ]
 
 
-@contextlib.contextmanager
-def exclusive_cpu():
-    with open(LOCK_PATH, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def machine_header(device: torch.device) -> str:
-    env = environment(device)
-    gpu = f", {env['device_name']}, CUDA {env['cuda']}, driver {env['driver']}" if device.type == "cuda" else ""
-    return (f"machine: {env['cpu_model']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads{gpu}, "
-            f"torch {env['torch']}, Python {env['python']}, autospeed {env['autospeed']}, {env['platform']}\n"
-            f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
 
 
 def measure(recipe: Recipe, workload, steps: int) -> dict:
@@ -121,11 +101,11 @@ def main() -> None:
     base = Recipe(workload="mnist1d", target_accuracy=1.0, max_train_seconds=1e9, lr=0.01, device=args.device,
                   seed=0, **BASELINE)
     device = pick_device(base)
-    header = machine_header(device)
+    header = machine_header(device.type)
     print(header, flush=True)
     variants = [(label, o) for label, o in VARIANTS if not any(s in label for s in args.skip)]
     runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
-    with exclusive_cpu():
+    with cpu_lock(exclusive=True):
         measure(base, workload, args.steps)  # untimed: thread pool, allocator and caches warm for everyone
         for r in range(args.rounds):
             for label, overrides in variants:
@@ -157,13 +137,7 @@ def main() -> None:
                      f"**{statistics.median(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
                      f"{statistics.median(m['first_step_seconds'] for m in ms):.3f} | {compile_text} | "
                      f"{', '.join(not_applied) or '-'} |")
-    table = "\n".join(lines)
-    print()
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(f"# Knob throughput relative to fp32 eager\n\n`python {' '.join(sys.argv)}`\n\n"
-                    f"```\n{header}\n```\n\n{table}\n")
+    emit_table("Knob throughput relative to fp32 eager", header, lines, args.out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_lock, machine  # noqa: E402
 
-from autospeed import results as res  # noqa: E402
 from autospeed import tracking as t  # noqa: E402
 from autospeed.search import run_search  # noqa: E402
 from autospeed.space import spec_from_dict  # noqa: E402
@@ -142,7 +141,7 @@ def main() -> None:
     fig.savefig(RESULTS / "search_efficiency.png", dpi=120)
 
     fmt = lambda x: f"{x:.1f}" if x is not None and math.isfinite(x) else "not found"  # noqa: E731
-    lines = [f"# Search efficiency: compute to find a near-best recipe (digits, CPU)", "",
+    lines = ["# Search efficiency: compute to find a near-best recipe (digits, CPU)", "",
              f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d %H:%M')}",
              f"Command: `python experiments/search_efficiency.py --seeds {args.seeds} --trials {args.trials}`",
              f"Total runtime: {time.perf_counter() - t0:.0f} s", "",

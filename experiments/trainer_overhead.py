@@ -22,9 +22,7 @@ searches on this machine respect, so nothing else loads the cores meanwhile.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime
-import fcntl
+import os
 import statistics
 import sys
 import time
@@ -32,29 +30,15 @@ import time
 import torch
 from torch import nn
 
-from autospeed.environment import environment
 from autospeed.recipe import Recipe
 from autospeed.trainer import train
 from autospeed.workloads import load_workload
 
-LOCK_PATH = "/tmp/cpu.lock"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cpu_lock, emit_table, machine_header  # noqa: E402
 
 
-@contextlib.contextmanager
-def exclusive_cpu():
-    with open(LOCK_PATH, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
-
-def machine_header() -> str:
-    env = environment("cpu")
-    return (f"machine: {env['cpu_model']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads, "
-            f"torch {env['torch']}, Python {env['python']}, autospeed {env['autospeed']}, {env['platform']}\n"
-            f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
 
 
 def recipe_for(batch_size: int, epochs: float) -> Recipe:
@@ -120,7 +104,7 @@ def main() -> None:
     header = machine_header()
     print(header)
     rows = []
-    with exclusive_cpu():
+    with cpu_lock(exclusive=True):
         for b in args.batch_sizes:
             steps_per_epoch = len(workload.train_x) // b
             recipe = recipe_for(b, epochs=args.steps / steps_per_epoch)
@@ -154,13 +138,7 @@ def main() -> None:
     for b, n, tm, tmin, tmax, hm, hmin, hmax, ratio, at, ah in rows:
         lines.append(f"| {b} | {n} | {tm:.3f} ({tmin:.3f}-{tmax:.3f}) | {hm:.3f} ({hmin:.3f}-{hmax:.3f}) | "
                      f"**{ratio:.3f}x** | {at:.3f} / {ah:.3f} |")
-    table = "\n".join(lines)
-    print()
-    print(table)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(f"# Trainer overhead vs a hand-written loop\n\n`python {' '.join(sys.argv)}`"
-                    f"\n\n```\n{header}\n```\n\n{table}\n")
+    emit_table("Trainer overhead vs a hand-written loop", header, lines, args.out)
 
 
 if __name__ == "__main__":
