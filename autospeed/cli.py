@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 
@@ -17,8 +18,7 @@ EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # usage errors: one line, exit 2
-        self.print_usage(sys.stderr)
-        raise UserError(f"{self.prog}: {message}")
+        raise UserError(f"{self.prog}: {message} (see: {self.prog} --help)")
 
 
 def _err(message: str) -> None:
@@ -105,11 +105,19 @@ def cmd_search(args) -> int:
     summary = res.summary_metrics(rows)
     uri = tracking.resolve_tracking_uri(args.tracking_uri)
     client = tracking.connect(uri)
-    confirmed = None
+    confirmed, interrupted = None, outcome.interrupted
     if summary[tracking.M_BEST_TTA] is not None and not outcome.interrupted and not outcome.stop_reason:
         from autospeed.confirm import format_confirmation, run_confirmation
 
-        confirmed = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id)
+        previous = _sigterm_raises_interrupt()
+        try:
+            confirmed = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id)
+        except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
+            interrupted = True
+            print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         if confirmed is not None:
             print()
             print(format_confirmation(confirmed))
@@ -135,10 +143,22 @@ def cmd_search(args) -> int:
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
-    if outcome.interrupted:
+    if interrupted:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _sigterm_raises_interrupt():
+    """Outside Ray Tune, let SIGTERM stop the way Ctrl-C does; returns the previous handler."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _resume_command(args) -> str:

@@ -134,21 +134,21 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) and the baseline: "
           f"{repeats} interleaved repeats each, new seeds ({total} runs)", file=console, flush=True)
     done = 0
-    for r in range(repeats):
-        for c in candidates:
-            recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
-            run_id = _start_run(client, parent, search_id, c, r, recipe)
-            try:
+    try:
+        for r in range(repeats):
+            for c in candidates:
+                recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
+                run_id = _start_run(client, parent, search_id, c, r, recipe)
                 result = train(recipe, workload, num_threads=threads)
-            except BaseException:
-                _end_killed(client, run_id)
-                raise
-            _finish_run(client, run_id, recipe, result)
-            c.ttas.append(result.tta_seconds if result.status == "reached" else None)
-            c.samples_per_second.append(result.samples_per_second)
-            done += 1
-            tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
-            print(f"  [{done}/{total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
+                _finish_run(client, run_id, recipe, result)
+                c.ttas.append(result.tta_seconds if result.status == "reached" else None)
+                c.samples_per_second.append(result.samples_per_second)
+                done += 1
+                tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
+                print(f"  [{done}/{total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
+    except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
+        _end_killed(client, parent)
+        raise
 
     outcome = _decide(candidates, repeats)
     _log_parent(client, parent_run_id, outcome)
@@ -185,12 +185,18 @@ def _finish_run(client, run_id: str, recipe: Recipe, result) -> None:
     client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
 
 
-def _end_killed(client, run_id: str) -> None:
+def _end_killed(client, parent) -> None:
+    """Mark this search's confirm runs still RUNNING as KILLED (wherever the interrupt landed)."""
     from mlflow.entities import RunStatus
 
     try:
-        client.set_tag(run_id, t.TAG_STATUS, "killed")
-        client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+        running = client.search_runs(
+            [parent.info.experiment_id], max_results=1000,
+            filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = "
+                          f"'{t.KIND_CONFIRM}' and attributes.status = 'RUNNING'")
+        for run in running:
+            client.set_tag(run.info.run_id, t.TAG_STATUS, "killed")
+            client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
     except Exception:  # the store may be the thing that broke; the interrupt matters more
         pass
 

@@ -106,10 +106,15 @@ def curve(client, run_id: str) -> Curve:
     return Curve([secs[s] for s in steps], [acc[s] for s in steps])
 
 
-def study_path(storage_path: str | None, name: str, search_id: str) -> Path:
+def experiment_dir(parent, storage_path: str | None, name: str, search_id: str) -> Path:
+    """Where the search kept its Ray experiment and optuna.db: as recorded on the parent run,
+    unless --storage-path says otherwise (a store moved since)."""
     from autospeed.search import search_root
 
-    return search_root(storage_path, name) / search_id / "optuna.db"
+    recorded = parent.data.tags.get(t.TAG_EXPERIMENT_DIR)
+    if recorded and storage_path is None:
+        return Path(recorded)
+    return search_root(storage_path, name) / search_id
 
 
 def importances(path: Path, study_name: str) -> tuple[dict[str, float] | None, str | None]:
@@ -158,7 +163,7 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     confirmed = [Confirmed("baseline" if b else f"{trial_names.get(tid) or 'trial'} ({tid})", b, ttas)
                  for (tid, b), ttas in by_recipe.items()]
     confirmed.sort(key=lambda c: c.median if c.median is not None else math.inf)
-    imp, why = importances(study_path(storage_path, name, search_id), name)
+    imp, why = importances(experiment_dir(parent, storage_path, name, search_id) / "optuna.db", name)
     env: dict[str, str] = {}
     for r in res.ranked(rows):  # the environment of the best trial that recorded one
         run_tags = client.get_run(r.run_id).data.tags
@@ -427,9 +432,7 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     """Write report.html and the figures to `out` and log them under the parent run's `report/` artifacts."""
     d = collect(client, name, storage_path)
     if out is None:
-        from autospeed.search import search_root
-
-        out = search_root(storage_path, name) / d.search_id / REPORT_ARTIFACT_DIR
+        out = experiment_dir(d.parent, storage_path, name, d.search_id) / REPORT_ARTIFACT_DIR
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, tuple[Path, str]] = {}

@@ -47,6 +47,7 @@ class TrialRow:
     start_ms: int = 0
     error: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    duplicate_of: str | None = None  # trial id of the earlier trial with the same recipe (not trained again)
 
     @property
     def reached(self) -> bool:
@@ -103,14 +104,17 @@ def trial_rows(client, parent, kind: str = t.KIND_TRIAL) -> list[TrialRow]:
             tta_seconds=m.get(t.M_TTA), best_val_accuracy=m.get(t.M_BEST_VAL_ACCURACY),
             objective=m.get(t.M_OBJECTIVE), wall_seconds=m.get(t.M_WALL_SECONDS),
             params=dict(run.data.params), start_ms=run.info.start_time or 0,
-            error=tags.get(t.TAG_ERROR), metrics=dict(m),
+            error=tags.get(t.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(t.TAG_DUPLICATE_OF),
         ))
     return rows
 
 
 def ranked(rows: list[TrialRow]) -> list[TrialRow]:
-    """Reached trials by TTA, then the rest by objective (closer to target first)."""
-    return sorted(rows, key=lambda r: (not r.reached, r.tta_seconds if r.reached else (r.objective or math.inf)))
+    """Reached trials by TTA, then the rest by objective (closer to target first).
+
+    A trial that repeated an earlier trial's recipe (and took its result) is not ranked twice."""
+    unique = [r for r in rows if not r.duplicate_of]
+    return sorted(unique, key=lambda r: (not r.reached, r.tta_seconds if r.reached else (r.objective or math.inf)))
 
 
 def baseline_of(rows: list[TrialRow]) -> TrialRow | None:
@@ -149,10 +153,11 @@ def leaderboard_csv(rows: list[TrialRow]) -> str:
     knob_names = sorted({k for r in rows for k in r.params})
     w = csv.writer(buf)
     w.writerow(["rank", "trial_id", "run_id", "baseline", "status", "tta_seconds", "best_val_accuracy",
-                "objective", "wall_seconds", *knob_names])
-    for i, r in enumerate(ranked(rows), 1):
-        w.writerow([i, r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds, r.best_val_accuracy,
-                    r.objective, r.wall_seconds, *[r.params.get(k, "") for k in knob_names]])
+                "objective", "wall_seconds", "duplicate_of", *knob_names])
+    order = ranked(rows)
+    for i, r in enumerate(order + [r for r in rows if r.duplicate_of], 1):
+        w.writerow([i if i <= len(order) else "", r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds, r.best_val_accuracy,
+                    r.objective, r.wall_seconds, r.duplicate_of or "", *[r.params.get(k, "") for k in knob_names]])
     return buf.getvalue()
 
 
@@ -168,5 +173,6 @@ def summary_metrics(rows: list[TrialRow]) -> dict[str, Any]:
         t.M_BASELINE_TTA: base.tta_seconds if base and base.reached else None,
         t.M_SPEEDUP: speedup(base, best),
         "trials_total": len(rows),
+        "trials_duplicate": sum(1 for r in rows if r.duplicate_of),
         **{f"trials_{s}": n for s, n in counts.items()},
     }

@@ -9,6 +9,7 @@ Layout on disk, per search:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from autospeed.space import SearchSpec
 from autospeed.yamlio import write_atomic
 
 STATE_FILE = "autospeed_search.json"
+RECIPES_DIR = "recipes"  # <exp_dir>/recipes/<recipe key>.json: the first trial of each recipe and its result
 FINAL = "final"  # key of the last report of a trial that ended on its own
 
 
@@ -58,6 +60,15 @@ def _trainable(config: dict[str, Any], spec_json: str, threads: int, ledger_dir:
         _WORKLOADS.clear()
         _WORKLOADS[key] = load_workload(recipe.workload, recipe.workload_options)
     target, budget = recipe.target_accuracy, recipe.max_train_seconds
+    recipe_key = _recipe_key(recipe.training_fields())
+    earlier = Path(ledger_dir).parent / RECIPES_DIR / f"{recipe_key}.json"
+    if earlier.exists():
+        # The sampler proposed a recipe this search already trained (TPE does on discrete
+        # spaces): hand back that result instead of spending the compute again.
+        first = json.loads(earlier.read_text())
+        tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": recipe_key,
+                     "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
+        return
 
     def on_eval(e) -> None:
         tta = e.train_seconds if e.reached else None
@@ -66,6 +77,8 @@ def _trainable(config: dict[str, Any], spec_json: str, threads: int, ledger_dir:
             "val_accuracy": e.val_accuracy,
             "best_val_accuracy": e.best_val_accuracy, "train_loss": e.train_loss,
             "samples_per_second": e.samples_per_second, FINAL: False,
+            # an ASHA-stopped trial never sends the final report: its run takes these from here
+            "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": recipe_key,
             "objective": res.objective("running", tta, e.best_val_accuracy, target, budget),
         })
 
@@ -77,8 +90,13 @@ def _trainable(config: dict[str, Any], spec_json: str, threads: int, ledger_dir:
         "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second,
         "objective": res.objective(r.status, r.tta_seconds, r.best_val_accuracy, target, budget),
         "error": r.error or "", "applied": json.dumps(r.applied), "environment": json.dumps(r.environment),
-        "recipe_yaml": recipe.to_yaml(),
+        "recipe_yaml": recipe.to_yaml(), "recipe_key": recipe_key,
     })
+
+
+def _recipe_key(fields: dict[str, Any]) -> str:
+    """Identity of a recipe: every training field (seed included), hashed."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 # ------------------------------------------------------------------ tracking callback
@@ -195,6 +213,8 @@ class _Tracker:
         tags = {t.TAG_STATUS: status}
         if error:
             tags[t.TAG_ERROR] = error[:500]
+        if last.get("duplicate_of"):
+            tags[t.TAG_DUPLICATE_OF] = last["duplicate_of"]
         if last.get("environment"):
             tags.update(t.environment_tags(json.loads(last["environment"])))
         if last.get("applied"):
@@ -211,23 +231,41 @@ class _Tracker:
         write_atomic(self._ledger(trial), json.dumps({
             FINAL: True, "status": status, "tta_seconds": tta, "objective": objective, "best_val_accuracy": best,
             "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)}))
+        # Index the recipe's first outcome for later repeats; not a crash of the trial process,
+        # which says nothing about the recipe (only failures the trainer reported are indexed).
+        key = last.get("recipe_key")
+        recipe_outcome = status != "failed" or bool(last.get(FINAL))
+        if (key and recipe_outcome and not last.get("duplicate_of")
+                and not (self.ledger_dir.parent / RECIPES_DIR / f"{key}.json").exists()):
+            (self.ledger_dir.parent / RECIPES_DIR).mkdir(exist_ok=True)
+            write_atomic(self.ledger_dir.parent / RECIPES_DIR / f"{key}.json", json.dumps({
+                "trial_id": trial.trial_id, "status": status, "tta_seconds": tta, "objective": objective,
+                "best_val_accuracy": best, "val_accuracy": best, "error": error or "",
+                "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}))
         self.finished[trial.trial_id] = {"status": status, "tta": tta, "baseline": bool(trial.config.get("baseline")),
                                          "config": trial.config}
-        self._progress(trial, status, tta, best)
+        self._progress(trial, status, tta, best, last.get("duplicate_of"))
         # The same error N trials in a row means the search is broken, not the recipes.
+        # "The same" ignores numbers: OOM sizes, step counts and addresses differ between trials.
         if status in res.INFEASIBLE and error:
             self.errors_in_a_row.append(error)
         else:
             self.errors_in_a_row.clear()
-        if (len(self.errors_in_a_row) >= self.spec.max_consecutive_errors
-                and len(set(self.errors_in_a_row[-self.spec.max_consecutive_errors:])) == 1):
-            self.stop_reason = (f"the last {self.spec.max_consecutive_errors} trials failed with the same "
-                                f"error: {self.errors_in_a_row[-1]}")
+        n = self.spec.max_consecutive_errors
+        if len(self.errors_in_a_row) >= n and len({_error_kind(e) for e in self.errors_in_a_row[-n:]}) == 1:
+            self.stop_reason = f"the last {n} trials failed with the same error: {self.errors_in_a_row[-1]}"
 
-    def _progress(self, trial, status: str, tta: float | None, best: float) -> None:
+    def _progress(self, trial, status: str, tta: float | None, best: float, duplicate_of: str | None = None) -> None:
         baseline = bool(trial.config.get("baseline"))
-        self.view.finished(trial.trial_id, "baseline" if baseline else trial.trial_id, status, tta, best, baseline,
-                           {} if baseline else trial.config)
+        label = "baseline" if baseline else trial.trial_id
+        if duplicate_of:
+            label += f" (repeats {duplicate_of}'s recipe: its result, not trained again)"
+        self.view.finished(trial.trial_id, label, status, tta, best, baseline, {} if baseline else trial.config)
+
+
+def _error_kind(error: str) -> str:
+    """An error's first line with its numbers masked: what makes two trials' errors 'the same'."""
+    return re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?", "#", error.strip().splitlines()[0] if error.strip() else "")
 
 
 def _make_tracker(*args, **kwargs):
@@ -337,7 +375,9 @@ def _resources(spec: SearchSpec) -> tuple[dict[str, float], int, int]:
             raise RunFailure(f"resources.gpus_per_trial is {gpus} but Ray sees {int(cluster.get('GPU', 0))} GPUs; "
                              f"set gpus_per_trial: 0 for a CPU search or join a cluster with GPUs")
     else:
-        cpus = spec.resources.cpus_per_trial or max(1, int(cluster.get("CPU", 1)))
+        # "All cores" is one node's cores: a trial cannot span nodes, so on a cluster the largest node's.
+        node_cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+        cpus = spec.resources.cpus_per_trial or max(1, int(max(node_cpus, default=cluster.get("CPU", 1))))
         concurrent = spec.resources.max_concurrent_trials or 1
     return {"cpu": cpus, "gpu": gpus}, concurrent, cpus
 
@@ -434,13 +474,19 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         if changed:
             raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                             f"restore those keys to resume, or start a new search without --resume")
+        if trials is not None and trials != state["trials"]:
+            raise UserError(f"--trials: the search '{name}' started with {state['trials']} trials and resumes "
+                            f"with that count; drop --trials, or start a new search without --resume")
         total = state["trials"]
 
     # Preflight: whatever can fail before training fails here, before any run is created.
     # The dataset is prepared once per search, before any trial (cached on disk).
     from autospeed.workloads import load_workload
 
-    load_workload(spec.workload, spec.workload_options)
+    try:
+        load_workload(spec.workload, spec.workload_options)
+    except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
+        raise UserError(f"{space_path}: {e}") from None
     _quiet_ray()
     _start_ray(ray_address, verbose)
     resources, concurrent, threads = _resources(spec)
@@ -456,7 +502,8 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         exp_dir = root / search_id
         exp_dir.mkdir(parents=True)
         parent = client.create_run(t.experiment_id(client, name), run_name=f"search-{search_id}",
-                                   tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id})
+                                   tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id,
+                                         t.TAG_EXPERIMENT_DIR: str(exp_dir)})
         parent_id = parent.info.run_id
         flat = _flatten(spec_dump)
         flat["trials"] = total
@@ -470,6 +517,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     print(f"search '{name}' ({search_id}): {total} trials of {spec.workload}, target {spec.target_accuracy}, "
           f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
 
+    previous_sigint = signal.getsignal(signal.SIGINT)  # Ray Tune leaves its own installed after fit()
     previous_sigterm = _sigterm_as_sigint()
     try:
         from ray import tune
@@ -522,6 +570,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     finally:
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
+            signal.signal(signal.SIGINT, previous_sigint)  # Ctrl-C after the search (confirmation) interrupts
     return SearchOutcome(name, search_id, parent_id, exp_dir, rows, interrupted, tracker.stop_reason,
                          time.perf_counter() - wall_start)
 

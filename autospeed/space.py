@@ -150,6 +150,8 @@ def _check_layers(spec: SearchSpec, source: str) -> None:
     for key in spec.space:
         if key not in SEARCHABLE:
             _unknown_knob(source, f"space.{key}", key)
+    for key, value in spec.fixed.items():  # a bad fixed value is named where it is written
+        _validate_recipe(source, f"fixed.{key}", {**spec.base(), **spec.fixed}, only=key)
     _validate_recipe(source, "baseline", {**spec.base(), **spec.fixed, **spec.baseline})
     names = list(spec.space)
     for name, p in spec.space.items():

@@ -7,6 +7,8 @@ state), and metrics go out with `log_batch`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -23,6 +25,8 @@ TAG_KIND = "autospeed.kind"
 TAG_STATUS = "autospeed.status"
 TAG_BASELINE = "autospeed.baseline"
 TAG_ERROR = "autospeed.error"
+TAG_DUPLICATE_OF = "autospeed.duplicate_of"  # on a trial whose recipe an earlier trial already trained
+TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
 TAG_PARENT = "mlflow.parentRunId"
 TAG_RUN_NAME = "mlflow.runName"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
@@ -85,11 +89,15 @@ def connect(uri: str):
     shown = redact(uri)
     if "://" not in uri and not uri.startswith(("/", ".")) and ":" in uri:
         raise UserError(f"--tracking-uri: malformed URI '{shown}'; use e.g. sqlite:///mlflow.db or http://host:5000")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast on a dead server
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    # Fail fast on a dead server in this probe only; the search itself keeps MLflow's retries,
+    # so a transient HTTP error hours into a search does not end it.
+    fast = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    saved = {k: os.environ.get(k) for k in fast}
+    os.environ.update({k: v for k, v in fast.items() if saved[k] is None})
     try:
         client = MlflowClient(tracking_uri=uri)
-        client.search_experiments(max_results=1)
+        with _schema_lock(uri):  # two first-time writers of one SQLite file race on creating its tables
+            client.search_experiments(max_results=1)
     except Exception as e:
         first = redact(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
         if "unsupported" in first.lower() or "invalid" in first.lower() or "could not find" in first.lower():
@@ -97,7 +105,27 @@ def connect(uri: str):
                             f"use e.g. sqlite:///mlflow.db or http://host:5000") from None
         raise RunFailure(f"tracking store '{shown}' is unreachable ({first[:200]}); start the server or "
                          f"pass a reachable --tracking-uri") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
     return client
+
+
+@contextlib.contextmanager
+def _schema_lock(uri: str):
+    """For a SQLite store, an exclusive lock on its folder while MLflow creates or migrates the tables."""
+    path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+    folder = os.path.dirname(os.path.abspath(path)) if path and path != ":memory:" else None
+    if folder is None or not os.path.isdir(folder):
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)  # flock on the folder itself: no lock file left behind
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def experiment_id(client, name: str) -> str:
@@ -180,7 +208,11 @@ def log_train_run(client, experiment: str, recipe, result, recipe_yaml: str) -> 
     tags = {TAG_STATUS: result.status, **environment_tags(result.environment)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
-    log_batch(client, run_id, per_eval + final_metrics(result.to_dict()),
+    from autospeed.results import objective  # results imports this module
+
+    score = objective(result.status, result.tta_seconds, result.best_val_accuracy, recipe.target_accuracy,
+                      recipe.max_train_seconds)
+    log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), score),
               params=recipe_params(recipe.training_fields()), tags=tags)
     client.log_text(run_id, recipe_yaml, "recipe.yaml")
     failed = result.status in ("failed", "oom", "diverged")

@@ -49,6 +49,8 @@ class EvalEvent:
     train_loss: float  # mean over the steps since the previous evaluation
     samples_per_second: float  # over the steps since the previous evaluation
     reached: bool  # best_val_accuracy >= target
+    compile_seconds: float  # so far (all of it is in the first step)
+    peak_memory_mb: float  # so far
 
 
 @dataclass
@@ -274,7 +276,11 @@ def train(
     torch.manual_seed(recipe.seed)
     device = pick_device(recipe)
     applied: dict[str, Any] = {"device": device.type, "precision": recipe.precision,
-                               "data_loader": recipe.data_loader, "accumulation_steps": recipe.accumulation_steps}
+                               "data_loader": recipe.data_loader, "accumulation_steps": recipe.accumulation_steps,
+                               # pinned memory only helps host-to-GPU copies; onecycle has its own warm-up
+                               "pin_memory": recipe.pin_memory and recipe.data_loader == "dataloader"
+                               and device.type == "cuda",
+                               "warmup_fraction": 0.0 if recipe.schedule == "onecycle" else recipe.warmup_fraction}
     _set_backend_knobs(recipe, device, applied)
     reset_peak_memory(device)
 
@@ -380,6 +386,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
                 val_accuracy=accuracy, best_val_accuracy=state["best"], train_loss=train_loss,
                 samples_per_second=samples_since_eval / interval if interval > 0 else 0.0,
                 reached=state["best"] >= recipe.target_accuracy,
+                compile_seconds=state["compile_seconds"], peak_memory_mb=peak_memory_mb(device),
             )
             history.append({k_: v for k_, v in asdict(event).items() if k_ != "reached"})
             if not math.isfinite(train_loss):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import typing
 from typing import Any
 
 import pydantic
@@ -15,17 +16,22 @@ def key_path(loc: tuple) -> str:
 
 
 def _allowed_keys(model: type[pydantic.BaseModel], loc: tuple) -> list[str]:
-    """Field names of the (nested) model that owns loc's last key."""
+    """Field names of the (nested) model that owns loc's last key, through dict[str, Model] fields too."""
+
+    def resolve(annotation: Any) -> Any:  # Optional[Model] / Model | dict -> the model or dict part
+        if typing.get_origin(annotation) is dict or hasattr(annotation, "model_fields"):
+            return annotation
+        return next((resolve(a) for a in typing.get_args(annotation)
+                     if typing.get_origin(a) is dict or hasattr(a, "model_fields")), None)
+
     current: Any = model
     for part in loc[:-1]:
-        fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
+        if typing.get_origin(current) is dict:  # `part` is a user's key; go to the value type
+            current = resolve(typing.get_args(current)[1])
+        elif getattr(current, "model_fields", None) and part in current.model_fields:
+            current = resolve(current.model_fields[part].annotation)
+        else:
             return []
-        annotation = fields[part].annotation
-        candidates = [a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields")]
-        if not candidates:
-            return []
-        current = candidates[0]
     return list(getattr(current, "model_fields", {}))
 
 

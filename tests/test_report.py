@@ -148,7 +148,8 @@ def store(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp_id = client.create_experiment("demo", artifact_location=str(tmp_path / "artifacts"))
-    parent = client.create_run(exp_id, run_name="search-s1", tags={t.TAG_KIND: "search", t.TAG_SEARCH_ID: "s1"})
+    parent = client.create_run(exp_id, run_name="search-s1", tags={
+        t.TAG_KIND: "search", t.TAG_SEARCH_ID: "s1", t.TAG_EXPERIMENT_DIR: str(tmp_path / "results" / "demo" / "s1")})
     pid = parent.info.run_id
     client.log_param(pid, "target_accuracy", "0.9")
     client.log_param(pid, "budget.max_train_seconds", "10")
@@ -208,6 +209,13 @@ def test_report_without_the_study_says_so_and_still_draws_the_rest(store, run_cl
     assert "Optuna study not found" in r.stdout
     assert not (out / "importance.png").exists() and (out / "curves.png").exists()
     assert "Optuna study not found" in (out / "report.html").read_text()
+
+
+def test_report_finds_the_study_where_the_search_recorded_it(store, run_cli):
+    r = run_cli("report", "--name", "demo", "--tracking-uri", store.uri)  # no --storage-path, no --out
+    assert r.returncode == 0, r.stderr
+    assert "Optuna study not found" not in r.stdout
+    assert (store.tmp / "results" / "demo" / "s1" / "report" / "importance.png").exists()
 
 
 def test_report_of_an_unknown_search_is_one_line_and_exit_1(store, run_cli):

@@ -70,6 +70,7 @@ def test_search_logs_parent_and_one_child_per_trial(smoke):
     parent = parents[0]
     search_id = parent.data.tags["autospeed.search_id"]
     assert parent.info.status == "FINISHED"
+    assert (Path(parent.data.tags["autospeed.experiment_dir"]) / "optuna.db").exists()  # report finds the study
     assert len(trials) == 6
     assert len({r.data.tags["autospeed.trial_id"] for r in trials}) == 6
     for run in trials:
@@ -79,7 +80,7 @@ def test_search_logs_parent_and_one_child_per_trial(smoke):
         assert tags["autospeed.status"] in ("reached", "not_reached", "stopped_early")
         assert tags["autospeed.baseline"] in ("true", "false")
         for name in ("best_val_accuracy", "objective", "val_accuracy", "train_seconds", "samples_per_second",
-                     "train_loss", "wall_seconds"):
+                     "train_loss", "wall_seconds", "compile_seconds", "peak_memory_mb"):  # ASHA-stopped ones too
             assert name in metrics, name
         assert ("tta_seconds" in metrics) == (tags["autospeed.status"] == "reached")
         assert {"batch_size", "lr", "schedule", "precision", "compile", "target_accuracy"} <= set(run.data.params)
@@ -200,6 +201,32 @@ def test_sigkill_then_resume_finishes_every_trial_once(tmp_path):
         assert after[tid].info.run_id == before[tid].info.run_id
         assert after[tid].info.end_time == before[tid].info.end_time
     assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in trials)
+
+
+def test_a_repeated_recipe_takes_the_first_result_without_training_again(tmp_path):
+    # Two recipes and six trials: the sampler must propose some recipe twice.
+    space = write_space(tmp_path, name="repeats", budget={"trials": 6, "max_train_seconds": 3},
+                        sampler={"kind": "random", "seed": 0},
+                        space={"batch_size": {"choice": [32, 64]}}, fixed={"epochs": 30, "eval_every_epochs": 1})
+    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                     "--storage-path", str(tmp_path / "runs"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    client = client_for(tmp_path)
+    trials = [r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "trial"]
+    assert len(trials) == 6
+    by_id = {r.data.tags["autospeed.trial_id"]: r for r in trials}
+    repeats = [r for r in trials if "autospeed.duplicate_of" in r.data.tags]
+    assert len(repeats) >= 3  # baseline (16) + at most one first run each of 32 and 64
+    for r in repeats:
+        first = by_id[r.data.tags["autospeed.duplicate_of"]]
+        assert "autospeed.duplicate_of" not in first.data.tags
+        assert r.data.params["batch_size"] == first.data.params["batch_size"]
+        assert r.data.tags["autospeed.status"] == first.data.tags["autospeed.status"]
+        assert r.data.metrics["objective"] == first.data.metrics["objective"]
+        assert client.get_metric_history(r.info.run_id, "val_accuracy") == []  # not trained again
+    parent = next(r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "search")
+    assert parent.data.metrics["trials_duplicate"] == len(repeats)
+    assert parent.data.metrics["trials_total"] == 6
 
 
 def test_validate_reports_errors(tmp_path):

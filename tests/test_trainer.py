@@ -78,12 +78,15 @@ def test_every_knob_value_trains(digits, knobs):
 
 
 def test_knobs_that_cannot_apply_on_cpu_are_recorded_as_not_applied(digits):
-    result = train(recipe(precision="tf32", channels_last=True, cudnn_benchmark=True, epochs=1), digits)
+    result = train(recipe(precision="tf32", channels_last=True, cudnn_benchmark=True, data_loader="dataloader",
+                          pin_memory=True, schedule="onecycle", warmup_fraction=0.1, epochs=1), digits)
 
     assert result.error is None
     assert result.applied["tf32"] is False
     assert result.applied["channels_last"] is False
     assert result.applied["cudnn_benchmark"] is False
+    assert result.applied["pin_memory"] is False
+    assert result.applied["warmup_fraction"] == 0.0  # onecycle warms up its own way
 
 
 def test_autocast_and_scaler_are_recorded(digits):

@@ -31,7 +31,8 @@ class Net(nn.Module):
         if self.training and x.shape[0] > self.oom_above:
             with open(self.marker, "a") as f:  # one line per OOM: a retry would add another
                 f.write(f"{os.getpid()} {x.shape[0]}\\n")
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            # Sizes in the message differ per batch size, as real CUDA OOMs do.
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0] / 64:.2f} GiB")
         out = self.body(x)
         if self.training and x.shape[0] == self.nan_batch:
             out = out * float("nan")

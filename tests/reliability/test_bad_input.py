@@ -8,7 +8,7 @@ import pytest
 
 from autospeed.cli import main
 
-from .conftest import autospeed, cli_env, error_lines
+from .conftest import autospeed, cli_env, error_lines, search_runs
 
 GOOD = """\
 name: bad
@@ -30,6 +30,8 @@ CASES = [
      ["budget.max_train_secs", "did you mean 'max_train_seconds'"]),
     ("unknown-knob", GOOD.replace("batch_size: {choice", "batch_sise: {choice"),
      ["space.batch_sise", "did you mean 'batch_size'"]),
+    ("unknown-range-kind", GOOD.replace("loguniform:", "loguniforn:"),
+     ["space.lr.loguniforn", "did you mean 'loguniform'"]),
     ("duplicate-key", GOOD + "target_accuracy: 0.8\n", ["duplicate key 'target_accuracy'", "line 10"]),
     ("wrong-type", GOOD.replace("trials: 2", "trials: many"), ["budget.trials", "'many'"]),
     ("inverted-range", GOOD.replace("[0.01, 0.5]", "[0.5, 0.01]"), ["space.lr", "low < high", "swap"]),
@@ -43,7 +45,7 @@ CASES = [
     ("baseline-out-of-range", GOOD.replace("batch_size: 32, lr", "batch_size: 0, lr"),
      ["baseline", "batch_size", "greater than or equal to 1"]),
     ("fixed-bad-value", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5, precision: fp8}"),
-     ["baseline", "precision", "fp8"]),
+     ["'fixed.precision'", "fp8"]),
     ("choice-value-not-allowed", GOOD.replace("[32, 64]", "[32, -4]"), ["space.batch_size.choice[1]"]),
     ("plugin-does-not-import", GOOD.replace("workload: digits", "workload: no_such_pkg.models:factory"),
      ["no_such_pkg.models", "does not import", "PYTHONPATH"]),
@@ -94,3 +96,16 @@ def test_yaml_is_loaded_safely(tmp_path, capsys):
     assert main(["validate", "--space", str(space)]) == 2
     assert not marker.exists()
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_search_on_missing_cifar10_names_the_space_file_and_the_folder(tmp_path):
+    space = tmp_path / "space.yaml"
+    missing = tmp_path / "no-cifar-here"
+    space.write_text(GOOD.replace("workload: digits", f"workload: cifar10\nworkload_options: {{data_dir: {missing}}}"))
+    p = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                  "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert str(space) in lines[0] and f"no CIFAR-10 data in {missing}" in lines[0]
+    assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])  # nothing ran

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from .conftest import autospeed, cli_env, error_lines, search_runs, wait_until, write_space
+from .conftest import autospeed, cli_env, client_for, error_lines, search_runs, wait_until, write_space
 
 NAME = "interrupted"
 TRIALS = 3
@@ -117,3 +117,39 @@ def test_sigkill_then_resume_loses_nothing(tmp_path, start_cli):
     assert all(t.info.status == "KILLED" for t in trials if t not in done)
     parents = search_runs(f"sqlite:///{tmp_path}/mlflow.db", NAME)[0]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+def test_ctrl_c_during_confirmation_keeps_the_search_and_resume_confirms(tmp_path, start_cli):
+    name = "confirming"
+    write_space(tmp_path, {
+        "name": name, "workload": "digits", "target_accuracy": 0.9,
+        "budget": {"trials": 2, "max_train_seconds": 3}, "asha": {"enabled": False},
+        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": 15},
+        "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 30, "eval_every_epochs": 1},
+        "space": {"lr": {"loguniform": [0.05, 0.2]}, "batch_size": {"choice": [32, 64]}},
+    })
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = cli_env()
+    args = ["search", "--space", str(tmp_path / "space.yaml"), "--tracking-uri", uri,
+            "--storage-path", str(tmp_path / "store")]
+    first = start_cli(*args, cwd=tmp_path, env=env)
+    wait_until(lambda: "] confirm " in first.stdout or first.proc.poll() is not None, what="confirmation runs")
+    first.ctrl_c()  # Ray Tune's own Ctrl-C handler must be gone by now
+
+    assert first.wait() == 130, first.stderr
+    assert "Traceback" not in first.stderr
+    assert "--resume" in first.stderr.strip().splitlines()[-1]
+    assert "best recipe:" in first.stdout  # the search's best is still written
+    runs = client_for(uri).search_runs([client_for(uri).get_experiment_by_name(name).experiment_id],
+                                       max_results=1000)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    parent = next(r for r in runs if r.data.tags["autospeed.kind"] == "search")
+    assert parent.info.status == "FINISHED"  # every trial ended; only the confirmation was cut short
+    confirms = [r for r in runs if r.data.tags["autospeed.kind"] == "confirm"]
+    assert 2 <= len(confirms) < 2 * 15 and "confirm_speedup_vs_baseline" not in parent.data.metrics
+
+    resumed = autospeed(*args, "--resume", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "confirmed best" in resumed.stdout
+    parent = client_for(uri).get_run(parent.info.run_id)
+    assert parent.data.metrics["confirm_repeats"] == 15
