@@ -1,6 +1,6 @@
 """How much training compute each search strategy needs to find a near-best recipe.
 
-    python experiments/search_efficiency.py [--seeds 5] [--trials 20] [--truth-repeats 2]
+    python experiments/search_efficiency.py [--seeds 5] [--trials 30] [--truth-repeats 2]
 
 1. Ground truth: every recipe of a small discrete mnist1d space (48 recipes) plus the
    baseline is trained --truth-repeats times with seed 0 (the seed every search trial
@@ -104,9 +104,11 @@ def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str,
             if found_at is None and true <= good:
                 found_at = compute
         curve.append((compute, best_true))
-    stopped = sum(r.status == "stopped_early" for r in rows)
+    stopped = sum(r.status == "stopped_early" and not r.duplicate_of for r in rows)
+    repeats = sum(bool(r.duplicate_of) for r in rows)
     return {"method": method, "seed": seed, "compute_to_find": found_at, "total_compute": compute,
-            "curve": curve, "trials": len(rows), "stopped_early": stopped, "wall_seconds": out.wall_seconds,
+            "curve": curve, "trials": len(rows), "stopped_early": stopped, "repeats": repeats,
+            "wall_seconds": out.wall_seconds,
             "recipes": [key(BASE["baseline"] if r.baseline else r.params) for r in rows]}
 
 
@@ -138,7 +140,7 @@ def censored_median(runs: list[dict]) -> tuple[float, bool]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--trials", type=int, default=30)
     p.add_argument("--truth-repeats", type=int, default=2)
     p.add_argument("--work", default="/tmp/autospeed-efficiency")
     p.add_argument("--report-only", action="store_true", help="redraw the results from search_efficiency.json")
@@ -244,8 +246,8 @@ def main() -> None:
         "needed more than everything it spent: shown as `> total`, and counted as that lower bound in the "
         "median, which then is a lower bound too (`>`).", "",
         "| method | " + " | ".join(f"seed {s}" for s in seeds) + " | median | found | total compute per "
-        "search (median) | stopped early per search (median) |",
-        "| --- |" + " ---: |" * (len(seeds) + 4)]
+        "search (median) | stopped early per search (median) | repeated recipes per search (median) |",
+        "| --- |" + " ---: |" * (len(seeds) + 5)]
     for m in METHODS:
         mine = [r for r in runs if r["method"] == m]
         cells = [fmt(r["compute_to_find"]) if r["compute_to_find"] is not None else f"> {r['total_compute']:.1f}"
@@ -254,7 +256,8 @@ def main() -> None:
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {'' if exact else '> '}{value:.1f} | "
                      f"{sum(r['compute_to_find'] is not None for r in mine)}/{len(mine)} | "
                      f"{statistics.median(r['total_compute'] for r in mine):.1f} | "
-                     f"{statistics.median(r['stopped_early'] for r in mine):g} |")
+                     f"{statistics.median(r['stopped_early'] for r in mine):g} | "
+                     f"{statistics.median(r.get('repeats', 0) for r in mine):g} |")
     lines += ["", f"**TPE+ASHA / random, compute to find (medians over seeds): {ratio_text}** "
               f"(goal <= 0.33: {'met' if met else 'NOT met'}).", "", "![best found vs compute](search_efficiency.png)"]
     (RESULTS / "search_efficiency.md").write_text("\n".join(lines) + "\n")
