@@ -62,7 +62,7 @@ def cmd_train(args) -> int:
     finally:
         bar.close()
     if client is not None:
-        run_id = tracking.log_train_run(client, args.experiment, recipe, result, recipe.to_yaml())
+        run_id = tracking.log_train_run(client, args.experiment, recipe, result)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
     if args.json:
         print(json.dumps({k: v for k, v in result.to_dict().items() if k != "history"}, indent=2))
@@ -77,7 +77,9 @@ def cmd_train(args) -> int:
             print(f"not applied on {result.applied['device']}: {', '.join(not_applied)}")
     if result.error:
         _err(f"run {result.status}: {result.error}")
-    return EXIT_FAILURE if result.status in ("failed", "oom", "diverged") else EXIT_OK
+    from autospeed.results import INFEASIBLE
+
+    return EXIT_FAILURE if result.status in INFEASIBLE else EXIT_OK
 
 
 # ---------------------------------------------------------------- search
@@ -109,7 +111,9 @@ def cmd_search(args) -> int:
     if summary[tracking.M_BEST_TTA] is not None and not outcome.interrupted and not outcome.stop_reason:
         from autospeed.confirm import format_confirmation, run_confirmation
 
-        previous = _sigterm_raises_interrupt()
+        from autospeed.search import _sigterm_as_sigint
+
+        previous = _sigterm_as_sigint()  # Ctrl-C's handler is Python's again here: SIGTERM raises KeyboardInterrupt
         try:
             confirmed = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id)
         except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
@@ -147,18 +151,6 @@ def cmd_search(args) -> int:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK
-
-
-def _sigterm_raises_interrupt():
-    """Outside Ray Tune, let SIGTERM stop the way Ctrl-C does; returns the previous handler."""
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        return None
 
 
 def _resume_command(args) -> str:
@@ -226,6 +218,8 @@ def cmd_workloads(args) -> int:
 
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from autospeed.tracking import DEFAULT_TRAIN_EXPERIMENT
+
     p = _Parser(prog="autospeed", description="Find the training recipe that reaches a target accuracy fastest.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -233,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one recipe (no Ray needed)")
     t.add_argument("--config", required=True, help="recipe YAML (e.g. best.yaml from `autospeed export`)")
     t.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    t.add_argument("--experiment", default="autospeed-train", help="MLflow experiment for the run")
+    t.add_argument("--experiment", default=DEFAULT_TRAIN_EXPERIMENT, help="MLflow experiment for the run")
     t.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
     t.add_argument("--json", action="store_true", help="print the result object as JSON on stdout")
     t.set_defaults(func=cmd_train)

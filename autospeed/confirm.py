@@ -140,7 +140,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
                 recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
                 run_id = _start_run(client, parent, search_id, c, r, recipe)
                 result = train(recipe, workload, num_threads=threads)
-                _finish_run(client, run_id, recipe, result)
+                t.finish_run(client, run_id, recipe, result)
                 c.ttas.append(result.tta_seconds if result.status == "reached" else None)
                 c.samples_per_second.append(result.samples_per_second)
                 done += 1
@@ -170,35 +170,17 @@ def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe
     return run.info.run_id
 
 
-def _finish_run(client, run_id: str, recipe: Recipe, result) -> None:
-    from mlflow.entities import RunStatus
-
-    per_eval = [m for event in result.history for m in t.eval_metrics(event)]
-    objective = res.objective(result.status, result.tta_seconds, result.best_val_accuracy,
-                              recipe.target_accuracy, recipe.max_train_seconds)
-    tags = {t.TAG_STATUS: result.status, **t.environment_tags(result.environment)}
-    if result.error:
-        tags[t.TAG_ERROR] = result.error[:500]
-    t.log_batch(client, run_id, per_eval + t.final_metrics(result.to_dict(), objective), tags=tags)
-    client.log_text(run_id, recipe.to_yaml(), "recipe.yaml")
-    failed = result.status in res.INFEASIBLE
-    client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
-
-
 def _end_killed(client, parent) -> None:
     """Mark this search's confirm runs still RUNNING as KILLED (wherever the interrupt landed)."""
-    from mlflow.entities import RunStatus
-
     try:
         running = client.search_runs(
             [parent.info.experiment_id], max_results=1000,
             filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = "
                           f"'{t.KIND_CONFIRM}' and attributes.status = 'RUNNING'")
         for run in running:
-            client.set_tag(run.info.run_id, t.TAG_STATUS, "killed")
-            client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
-    except Exception:  # the store may be the thing that broke; the interrupt matters more
-        pass
+            t.mark_killed(client, run.info.run_id)
+    except Exception as e:  # the store may be the thing that broke; the interrupt matters more
+        print(f"autospeed: warning: could not mark interrupted confirmation runs KILLED ({e})", file=sys.stderr)
 
 
 def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome) -> None:

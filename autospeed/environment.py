@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import resource
@@ -16,13 +17,10 @@ import autospeed
 
 @lru_cache(maxsize=1)
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:  # Linux; elsewhere platform's guess
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -48,14 +46,8 @@ def environment(device: torch.device | str | None = None) -> dict[str, Any]:
 
 
 def _driver_version() -> str | None:
-    try:
-        with open("/proc/driver/nvidia/version") as f:
-            first = f.readline()
-        for token in first.split():
-            if token[:1].isdigit() and "." in token:
-                return token
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/driver/nvidia/version") as f:  # no such file: no driver
+        return next((tok for tok in f.readline().split() if tok[:1].isdigit() and "." in tok), None)
     return None
 
 

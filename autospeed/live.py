@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-INFEASIBLE = ("oom", "diverged", "failed")
+from autospeed import results
+
 _CLEAR_BLOCK = "\x1b[{n}F\x1b[J"  # cursor up n lines to column 0, clear to the end of the screen
 
 
@@ -146,7 +147,7 @@ class SearchView:
                 c["reached"] += 1
             elif f.status == "stopped_early":
                 c["stopped_early"] += 1
-            elif f.status in INFEASIBLE:
+            elif f.status in results.INFEASIBLE:
                 c["failed"] += 1
         return c
 

@@ -16,12 +16,6 @@ from autospeed.errors import UserError
 from autospeed.validation import raise_user_error
 from autospeed.yamlio import dump_yaml, load_yaml
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-SCHEDULES = ("constant", "cosine", "onecycle", "linear")
-OPTIMIZERS = ("sgd", "adamw")
-DATA_LOADERS = ("device", "dataloader")
-
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 

@@ -37,9 +37,6 @@ STATUS_COLOURS = {
     "diverged": "#ad1457", "failed": "#b71c1c", "killed": "#6a1b9a", "running": "#1565c0",
 }
 BASELINE_COLOUR, WINNER_COLOUR = "#000000", "#1565c0"
-# Parent-run metrics written by autospeed.confirm (names shared with export.py).
-CONFIRM_METRICS = ("confirm_tta_seconds_median", "confirm_tta_seconds_min", "confirm_tta_seconds_max",
-                   "confirm_baseline_tta_seconds_median", "confirm_speedup_vs_baseline", "confirm_repeats")
 
 
 # ------------------------------------------------------------------ data

@@ -60,11 +60,9 @@ class TrialRow:
 def _short(value: str) -> str:
     try:
         f = float(value)
-        if not value.isdigit() and math.isfinite(f):
-            return f"{f:.3g}"
     except ValueError:
-        pass
-    return value
+        return value
+    return f"{f:.3g}" if not value.isdigit() and math.isfinite(f) else value
 
 
 def find_parent(client, name: str, search_id: str | None = None):

@@ -61,7 +61,7 @@ def _trainable(config: dict[str, Any], spec_json: str, threads: int, ledger_dir:
         _WORKLOADS[key] = load_workload(recipe.workload, recipe.workload_options)
     target, budget = recipe.target_accuracy, recipe.max_train_seconds
     recipe_key = _recipe_key(recipe.training_fields())
-    earlier = Path(ledger_dir).parent / RECIPES_DIR / f"{recipe_key}.json"
+    earlier = _recipe_index(Path(ledger_dir).parent, recipe_key)
     if earlier.exists():
         # The sampler proposed a recipe this search already trained (TPE does on discrete
         # spaces): hand back that result instead of spending the compute again.
@@ -94,6 +94,10 @@ def _trainable(config: dict[str, Any], spec_json: str, threads: int, ledger_dir:
     })
 
 
+def _recipe_index(exp_dir: Path, recipe_key: str) -> Path:
+    return exp_dir / RECIPES_DIR / f"{recipe_key}.json"
+
+
 def _recipe_key(fields: dict[str, Any]) -> str:
     """Identity of a recipe: every training field (seed included), hashed."""
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -119,7 +123,6 @@ class _Tracker:
         self.runs: dict[str, str] = {}
         self.ledger_dir = ledger_dir  # one JSON per trial whose MLflow run is final
         self.replayed: set[str] = set()
-        self.finished: dict[str, dict[str, Any]] = {}
         self.errors_in_a_row: list[str] = []
         self.stop_reason: str | None = None
         for run in res.child_runs(client, client.get_run(parent_run_id)):
@@ -175,8 +178,6 @@ class _Tracker:
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         last = trial.last_result or {}
         if trial.trial_id in self.replayed:
-            self.finished[trial.trial_id] = {"status": last.get("status"), "tta": last.get("tta_seconds"),
-                                             "baseline": bool(trial.config.get("baseline")), "config": trial.config}
             return
         if last.get(FINAL):
             status = last["status"]
@@ -235,15 +236,12 @@ class _Tracker:
         # which says nothing about the recipe (only failures the trainer reported are indexed).
         key = last.get("recipe_key")
         recipe_outcome = status != "failed" or bool(last.get(FINAL))
-        if (key and recipe_outcome and not last.get("duplicate_of")
-                and not (self.ledger_dir.parent / RECIPES_DIR / f"{key}.json").exists()):
-            (self.ledger_dir.parent / RECIPES_DIR).mkdir(exist_ok=True)
-            write_atomic(self.ledger_dir.parent / RECIPES_DIR / f"{key}.json", json.dumps({
+        index = _recipe_index(self.ledger_dir.parent, key) if key else None
+        if index is not None and recipe_outcome and not last.get("duplicate_of") and not index.exists():
+            write_atomic(index, json.dumps({
                 "trial_id": trial.trial_id, "status": status, "tta_seconds": tta, "objective": objective,
                 "best_val_accuracy": best, "val_accuracy": best, "error": error or "",
                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}))
-        self.finished[trial.trial_id] = {"status": status, "tta": tta, "baseline": bool(trial.config.get("baseline")),
-                                         "config": trial.config}
         self._progress(trial, status, tta, best, last.get("duplicate_of"))
         # The same error N trials in a row means the search is broken, not the recipes.
         # "The same" ignores numbers: OOM sizes, step counts and addresses differ between trials.
@@ -617,12 +615,9 @@ def _sigterm_as_sigint():
 
 def _kill_leftovers(client, rows: list[res.TrialRow]) -> None:
     """Child runs left RUNNING (a killed trial) are marked KILLED, never left lying."""
-    from mlflow.entities import RunStatus
-
     for r in rows:
         if r.status == "running":
-            client.set_tag(r.run_id, t.TAG_STATUS, "killed")
-            client.set_terminated(r.run_id, RunStatus.to_string(RunStatus.KILLED))
+            t.mark_killed(client, r.run_id)
             r.status = "killed"
 
 

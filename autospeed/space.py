@@ -150,8 +150,7 @@ def _check_layers(spec: SearchSpec, source: str) -> None:
     for key in spec.space:
         if key not in SEARCHABLE:
             _unknown_knob(source, f"space.{key}", key)
-    for key, value in spec.fixed.items():  # a bad fixed value is named where it is written
-        _validate_recipe(source, f"fixed.{key}", {**spec.base(), **spec.fixed}, only=key)
+    _validate_recipe(source, "fixed", {**spec.base(), **spec.fixed}, only=tuple(spec.fixed))
     _validate_recipe(source, "baseline", {**spec.base(), **spec.fixed, **spec.baseline})
     names = list(spec.space)
     for name, p in spec.space.items():
@@ -180,13 +179,22 @@ def _unknown_knob(source: str, path: str, key: str) -> None:
     raise UserError(f"{source}: unknown knob '{path}'; {hint}")
 
 
-def _validate_recipe(source: str, where: str, fields: dict[str, Any], only: str | None = None) -> None:
+def _validate_recipe(source: str, where: str, fields: dict[str, Any],
+                     only: str | tuple[str, ...] | None = None) -> None:
+    """Raise the first problem of `fields` as a recipe; with `only`, just problems of those fields
+    (a tuple: each named `where.field`, as for the `fixed` section)."""
     try:
         Recipe.model_validate(fields)
     except pydantic.ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        if only is not None and first["loc"] and first["loc"][0] != only:
-            return  # a cross-field rule that another sampled value may satisfy; checked per trial
+        errors = e.errors(include_url=False)
+        if only is not None:
+            names = (only,) if isinstance(only, str) else only
+            errors = [err for err in errors if err["loc"] and err["loc"][0] in names]
+            if not errors:
+                return  # a cross-field rule that another sampled value may satisfy; checked per trial
+            if isinstance(only, tuple):
+                where = f"{where}.{errors[0]['loc'][0]}"
+        first = errors[0]
         msg = first["msg"].removeprefix("Value error, ")
         field = key_path(first["loc"]) or "(recipe)"
         raise UserError(f"{source}: key '{where}': {field}: {msg} (got {first.get('input')!r})") from None

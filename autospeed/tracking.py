@@ -28,7 +28,6 @@ TAG_ERROR = "autospeed.error"
 TAG_DUPLICATE_OF = "autospeed.duplicate_of"  # on a trial whose recipe an earlier trial already trained
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
 TAG_PARENT = "mlflow.parentRunId"
-TAG_RUN_NAME = "mlflow.runName"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
 
 # ---- metrics ----
@@ -197,24 +196,37 @@ def environment_tags(env: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def log_train_run(client, experiment: str, recipe, result, recipe_yaml: str) -> str:
+def log_train_run(client, experiment: str, recipe, result) -> str:
     """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml."""
-    from mlflow.entities import RunStatus
-
     run = client.create_run(experiment_id(client, experiment), tags={TAG_KIND: KIND_TRAIN},
                             run_name=f"train-{recipe.workload.split(':')[-1]}")
-    run_id = run.info.run_id
+    log_batch(client, run.info.run_id, params=recipe_params(recipe.training_fields()))
+    finish_run(client, run.info.run_id, recipe, result)
+    return run.info.run_id
+
+
+def finish_run(client, run_id: str, recipe, result) -> None:
+    """End a run with its TrainResult: per-evaluation and final metrics, status and environment tags,
+    recipe.yaml; FAILED for an infeasible run. Shared by `autospeed train` and confirmation runs."""
+    from mlflow.entities import RunStatus
+
+    from autospeed.results import INFEASIBLE, objective  # results imports this module
+
     per_eval = [m for event in result.history for m in eval_metrics(event)]
+    score = objective(result.status, result.tta_seconds, result.best_val_accuracy, recipe.target_accuracy,
+                      recipe.max_train_seconds)
     tags = {TAG_STATUS: result.status, **environment_tags(result.environment)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
-    from autospeed.results import objective  # results imports this module
-
-    score = objective(result.status, result.tta_seconds, result.best_val_accuracy, recipe.target_accuracy,
-                      recipe.max_train_seconds)
-    log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), score),
-              params=recipe_params(recipe.training_fields()), tags=tags)
-    client.log_text(run_id, recipe_yaml, "recipe.yaml")
-    failed = result.status in ("failed", "oom", "diverged")
+    log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), score), tags=tags)
+    client.log_text(run_id, recipe.to_yaml(), "recipe.yaml")
+    failed = result.status in INFEASIBLE
     client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
-    return run_id
+
+
+def mark_killed(client, run_id: str) -> None:
+    """A run whose process was interrupted or died: status tag `killed`, MLflow status KILLED."""
+    from mlflow.entities import RunStatus
+
+    client.set_tag(run_id, TAG_STATUS, "killed")
+    client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))

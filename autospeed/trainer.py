@@ -30,8 +30,6 @@ from autospeed.environment import environment, peak_memory_mb, reset_peak_memory
 from autospeed.recipe import Recipe
 from autospeed.workloads import Workload, load_workload
 
-STATUSES = ("reached", "not_reached", "stopped_early", "oom", "diverged", "failed", "killed")
-INFEASIBLE = ("oom", "diverged", "failed")
 EVAL_BATCH_SIZE = 1024
 
 
@@ -200,6 +198,7 @@ class _Batches:
                              f"{self.n} training samples; lower batch_size or accumulation_steps")
         self.steps_per_epoch = self.n // self.effective
         self.generator = torch.Generator().manual_seed(recipe.seed)
+        self.non_blocking = recipe.pin_memory and device.type == "cuda"  # pinned host memory copies async
         if recipe.data_loader == "device":
             self.x, self.y = workload.train_x.to(device), workload.train_y.to(device)
         else:
@@ -207,16 +206,12 @@ class _Batches:
             workers = recipe.num_workers
             self.loader = torch.utils.data.DataLoader(
                 dataset, batch_size=recipe.batch_size, shuffle=True, drop_last=True, generator=self.generator,
-                num_workers=workers, pin_memory=recipe.pin_memory and device.type == "cuda",
+                num_workers=workers, pin_memory=self.non_blocking,
                 prefetch_factor=recipe.prefetch_factor if workers > 0 else None,
                 persistent_workers=recipe.persistent_workers and workers > 0)
 
-    def _to_device(self, x: torch.Tensor, y: torch.Tensor):
-        non_blocking = self.recipe.pin_memory and self.device.type == "cuda"
-        x, y = x.to(self.device, non_blocking=non_blocking), y.to(self.device, non_blocking=non_blocking)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x, y
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def epoch(self):
         usable = self.steps_per_epoch * self.effective
@@ -224,12 +219,13 @@ class _Batches:
             order = torch.randperm(self.n, generator=self.generator)[:usable].to(self.device)
             for start in range(0, usable, self.recipe.batch_size):
                 idx = order[start:start + self.recipe.batch_size]
-                yield self._to_device(self.x[idx], self.y[idx])
+                yield self._layout(self.x[idx]), self.y[idx]  # already on the device: no copy per step
         else:
             for i, (x, y) in enumerate(self.loader):
                 if i * self.recipe.batch_size >= usable:
                     break
-                yield self._to_device(x, y)
+                yield (self._layout(x.to(self.device, non_blocking=self.non_blocking)),
+                       y.to(self.device, non_blocking=self.non_blocking))
 
 
 @torch.no_grad()

@@ -34,7 +34,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 class _DuplicateKey(Exception):
-    pass
+    """A mapping names the same key twice (PyYAML would keep the last silently)."""
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)

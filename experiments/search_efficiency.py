@@ -150,11 +150,7 @@ def main() -> None:
     t0 = time.perf_counter()
     if args.report_only:
         saved = json.loads((RESULTS / "search_efficiency.json").read_text())
-        truth_runs, runs, meta = saved["truth_runs"], saved["runs"], saved.get("meta", {})
-        for r in runs:
-            r["curve"] = [(c, math.inf if b in ("inf", "Infinity") else float(b)) for c, b in r["curve"]]
-        for k, v in truth_runs.items():
-            truth_runs[k] = [math.inf if x in ("inf", "Infinity") else float(x) for x in v]
+        truth_runs, runs, meta = saved["truth_runs"], saved["runs"], saved.get("meta", {})  # json reads Infinity
     else:
         data = json.loads(json.dumps(BASE))
         data["name"] = "eff-truth"

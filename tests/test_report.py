@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import pickle
 import re
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -89,14 +90,10 @@ class Running:
 
     def reap(self) -> None:
         """Kill what is left of this process group (Ray processes orphaned by a SIGKILL)."""
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 @pytest.fixture

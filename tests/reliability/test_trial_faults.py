@@ -3,7 +3,6 @@ one name in one store, export and resume-after-change, against one store built o
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
