@@ -313,9 +313,29 @@ def _quiet_ray() -> None:
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     for name in ("ray", "ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    state_logger = logging.getLogger("ray.tune.execution.experiment_state")
+    if not any(isinstance(f, _SnapshotRaceFilter) for f in state_logger.filters):
+        state_logger.addFilter(_SnapshotRaceFilter())
     warnings.filterwarnings("ignore", module="ray")
     # A resumed trial reports its steps again to the same Optuna trial; Optuna keeps the first.
     warnings.filterwarnings("ignore", message="The reported value is ignored")
+
+
+class _SnapshotRaceFilter(logging.Filter):
+    """Drops Ray Tune's harmless "Saving experiment state ... failed" traceback.
+
+    Ray Tune (2.60) writes the next snapshot of the experiment state into its staging
+    folder while the previous snapshot is still being copied to the storage path; when
+    the copy lists a temporary file (`.<uuid>-tmp-searcher-state-*.pkl`) that the new
+    write has renamed meanwhile, the copy fails with FileNotFoundError and Tune logs the
+    traceback. Nothing is lost: the snapshot being written is copied next, and the last
+    one is copied and awaited when the search ends. Every other failure is kept.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, FileNotFoundError) and "-tmp-" in str(exc)
+                    and str(record.msg).startswith("Saving experiment state"))
 
 
 _RAY_ADDRESS = re.compile(r"^(?:ray://)?(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$")
