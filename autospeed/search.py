@@ -410,9 +410,13 @@ def _make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurre
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # group=True, always: the baseline (study trial 0) samples no parameters, and plain
+            # multivariate TPE models only the parameters *every* trial has, so that one empty
+            # trial made it sample each knob independently (univariate) for the whole search.
+            # The grouped search space skips it, and also covers conditional parameters.
             sampler = optuna.samplers.TPESampler(
                 seed=seed, n_startup_trials=spec.sampler.n_startup_trials, multivariate=True,
-                group=spec.has_conditions, constant_liar=concurrent > 1)
+                group=True, constant_liar=concurrent > 1)
     storage = optuna.storages.RDBStorage(storage_url)
     return OptunaSearch(space=spec.define_by_run, metric="objective", mode="min", sampler=sampler,
                         study_name=study_name, storage=storage)

@@ -136,10 +136,6 @@ class SearchSpec(_Strict):
                 chosen[name] = trial.suggest_int(name, *p.int, log=p.log)
         return {"baseline": False}
 
-    @property
-    def has_conditions(self) -> bool:
-        return any(p.when for p in self.space.values())
-
 
 def _check_layers(spec: SearchSpec, source: str) -> None:
     """Every knob value the search could use must make a valid recipe."""

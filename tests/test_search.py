@@ -267,3 +267,25 @@ def test_ray_snapshot_race_traceback_is_dropped_and_real_failures_kept():
     finally:
         logger.removeHandler(handler)
     assert [type(r.exc_info[1]) for r in seen] == [PermissionError]
+
+
+def test_tpe_models_the_knobs_jointly_after_the_baseline_trial(tmp_path):
+    """The baseline is study trial 0 and samples no parameters; TPE must still model
+    every knob jointly (multivariate) instead of each one on its own."""
+    import optuna
+
+    from autospeed.search import _make_searcher
+    from autospeed.space import spec_from_dict
+
+    data = yaml.safe_load(SMOKE.read_text())
+    data["space"] = {"batch_size": {"choice": [32, 64, 128]}, "lr": {"loguniform": [0.001, 0.3]},
+                     "schedule": {"choice": ["constant", "cosine"]}}
+    spec = spec_from_dict(data, "space.yaml")
+    sampler = _make_searcher(spec, f"sqlite:///{tmp_path / 'optuna.db'}", "s", concurrent=1, seed=0)._sampler
+    study = optuna.create_study(sampler=sampler)
+    for i in range(spec.sampler.n_startup_trials + 3):
+        trial = study.ask()
+        spec.define_by_run(trial)
+        study.tell(trial, 5.0 if i == 0 else float(i))
+    trial = study.ask()
+    assert set(sampler.infer_relative_search_space(study, trial)) >= {"batch_size", "lr", "schedule"}
