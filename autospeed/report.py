@@ -150,11 +150,12 @@ def _float_param(rows: list[res.TrialRow], parent, key: str, parent_key: str) ->
 def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     parent = res.find_parent(client, name)
     search_id = parent.data.tags.get(t.TAG_SEARCH_ID, "")
-    rows = res.trial_rows(client, parent)
-    names = {run.info.run_id: run.info.run_name for run in res.child_runs(client, parent)}
+    children = res.child_runs(client, parent)
+    rows = res.trial_rows(client, parent, runs=children)
+    names = {run.info.run_id: run.info.run_name for run in children}
     curves = {r.run_id: curve(client, r.run_id) for r in rows}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
-    for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM):
+    for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM, runs=children):
         by_recipe.setdefault((r.trial_id, r.baseline), []).append(r.tta_seconds if r.reached else None)
     trial_names = {r.trial_id: names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id
     confirmed = [Confirmed("baseline" if b else f"{trial_names.get(tid) or 'trial'} ({tid})", b, ttas)

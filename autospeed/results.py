@@ -90,9 +90,10 @@ def child_runs(client, parent) -> list:
             return out
 
 
-def trial_rows(client, parent, kind: str = t.KIND_TRIAL) -> list[TrialRow]:
+def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = None) -> list[TrialRow]:
+    """The search's child runs of one kind as rows; `runs` reuses an earlier child_runs() listing."""
     rows = []
-    for run in child_runs(client, parent):
+    for run in child_runs(client, parent) if runs is None else runs:
         tags, m = run.data.tags, run.data.metrics
         if tags.get(t.TAG_KIND) != kind:
             continue
