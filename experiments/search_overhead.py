@@ -2,6 +2,7 @@
 
     python experiments/search_overhead.py                  # smoke and fast
     python experiments/search_overhead.py --spaces smoke   # one of them
+    python experiments/search_overhead.py --spaces long    # fast.yaml with 10 s trials
 
 overhead per trial = (search wall seconds - sum of the trials' wall seconds) / trials,
 where a trial's wall seconds is the trainer's `wall_seconds` (building the model,
@@ -22,20 +23,36 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from autospeed.environment import environment
 from autospeed.search import run_search
-from autospeed.space import load_spec
+from autospeed.space import load_spec, spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def long_spec():
+    """fast.yaml with trials of >= 10 s each: an unreachable target, so every trial trains its
+    whole 10 s budget; ASHA and confirmation off, 6 trials."""
+    data = yaml.safe_load((ROOT / "search_spaces" / "fast.yaml").read_text())
+    data.update(name="overhead-long", target_accuracy=0.999, budget={"trials": 6, "max_train_seconds": 10},
+                asha={"enabled": False}, confirm={"repeats": 0})
+    data["fixed"]["epochs"] = 1000
+    return spec_from_dict(data, "long (fast.yaml, 10 s trials)"), yaml.safe_dump(data)
+
+
 def measure(space_name: str, folder: Path) -> dict:
-    path = ROOT / "search_spaces" / f"{space_name}.yaml"
-    spec = load_spec(path)
-    spec = spec.model_copy(update={"name": f"overhead-{space_name}"})
+    if space_name == "long":
+        spec, text = long_spec()
+        path = Path("long.yaml")
+    else:
+        path = ROOT / "search_spaces" / f"{space_name}.yaml"
+        spec = load_spec(path).model_copy(update={"name": f"overhead-{space_name}"})
+        text = path.read_text()
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     start = time.perf_counter()
-    outcome = run_search(spec, path.read_text(), str(path), tracking_uri=uri, storage_path=str(folder / "runs"),
+    outcome = run_search(spec, text, str(path), tracking_uri=uri, storage_path=str(folder / "runs"),
                          console=io.StringIO())
     wall = time.perf_counter() - start
     rows = outcome.rows
@@ -57,7 +74,8 @@ def measure(space_name: str, folder: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", nargs="+", default=["smoke", "fast"])
+    parser.add_argument("--spaces", nargs="+", default=["smoke", "fast", "long"],
+                        help="smoke, fast (search_spaces/*.yaml) or long (fast.yaml with 10 s trials)")
     args = parser.parse_args()
     env = environment()
     print(f"# search overhead, {time.strftime('%Y-%m-%d')}, {env['cpu_model']}, {env['cpu_count']} cores, "
