@@ -72,15 +72,25 @@ def dump_yaml(data: Any) -> str:
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write text to path via a temp file in the same folder and a rename, so a
-    reader (or a kill mid-write) never sees a half-written file."""
+    reader (or a kill mid-write) never sees a half-written file.
+
+    Permissions are what a plain open() would give (the file's own when it exists,
+    else 0666 minus the umask), not mkstemp's owner-only 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -88,3 +88,22 @@ def test_unknown_key_in_measured_section_is_allowed_for_newer_exporters(write_re
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(UserError, match="nowhere.yaml: file not found"):
         load_recipe(tmp_path / "nowhere.yaml")
+
+
+def test_atomic_writes_get_normal_permissions(tmp_path):
+    """best.yaml and friends are shared with teammates: not mkstemp's owner-only 0600."""
+    import os
+
+    from autospeed.yamlio import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        new = write_atomic(tmp_path / "best.yaml", "a: 1\n")
+        assert new.stat().st_mode & 0o777 == 0o644
+        private = tmp_path / "private.yaml"
+        private.write_text("a: 0\n")
+        private.chmod(0o600)
+        write_atomic(private, "a: 1\n")  # overwriting keeps the file's own permissions
+        assert private.stat().st_mode & 0o777 == 0o600 and private.read_text() == "a: 1\n"
+    finally:
+        os.umask(old)
