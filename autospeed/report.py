@@ -95,10 +95,24 @@ class SearchData:
 
 
 
+def _last_attempt(history: list) -> list:
+    """The metric values of a run's last attempt. A trial resumed after its search was
+    killed trains again from the start in the same MLflow run (MLflow cannot delete
+    metrics), so its history holds the killed attempt too: steps go back to the start
+    where the new attempt begins."""
+    ms = sorted(history, key=lambda m: (m.timestamp, m.step))
+    start = 0
+    for i in range(1, len(ms)):
+        if ms[i].step <= ms[i - 1].step:
+            start = i
+    return ms[start:]
+
+
 def curve(client, run_id: str) -> Curve:
-    """val_accuracy against train_seconds, aligned by step (both are logged at each evaluation's step)."""
-    acc = {m.step: m.value for m in client.get_metric_history(run_id, t.M_VAL_ACCURACY)}
-    secs = {m.step: m.value for m in client.get_metric_history(run_id, t.M_TRAIN_SECONDS)}
+    """val_accuracy against train_seconds, aligned by step (both are logged at each evaluation's
+    step), of the run's last attempt."""
+    acc = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, t.M_VAL_ACCURACY))}
+    secs = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, t.M_TRAIN_SECONDS))}
     steps = sorted(set(acc) & set(secs))
     return Curve([secs[s] for s in steps], [acc[s] for s in steps])
 

@@ -232,3 +232,23 @@ def test_curves_are_aligned_by_step(store):
     row = next(r for r in res.trial_rows(store.client, parent) if r.trial_id == "t_00001")
     c = report.curve(store.client, row.run_id)
     assert c.train_seconds == [1.0, 2.0] and c.val_accuracy == [0.7, 0.93]
+
+
+def test_a_resumed_trials_curve_is_its_last_attempt(store):
+    """A trial resumed after a SIGKILL trains again in the same MLflow run; the killed
+    attempt's evaluations stay in the metric history but not in the report's curve."""
+    from mlflow.entities import Metric
+
+    from autospeed import report
+    from autospeed import tracking as t
+
+    rid = store.client.create_run(store.client.get_run(store.parent_id).info.experiment_id).info.run_id
+    killed = [(10, 1.0, 0.5), (20, 2.0, 0.7), (30, 3.0, 0.8)]  # (step, train seconds, accuracy)
+    resumed = [(10, 1.1, 0.55), (20, 2.1, 0.94)]
+    metrics = []
+    for ms, attempt in ((1_000, killed), (5_000, resumed)):
+        for i, (step, secs, acc) in enumerate(attempt):
+            metrics += [Metric("train_seconds", secs, ms + i, step), Metric("val_accuracy", acc, ms + i, step)]
+    t.log_batch(store.client, rid, metrics)
+    c = report.curve(store.client, rid)
+    assert c.train_seconds == [1.1, 2.1] and c.val_accuracy == [0.55, 0.94]
