@@ -26,13 +26,6 @@ from autospeed import tracking as t
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.space import SearchSpec
 
-# ---- parent-run names, read by export.py ----
-M_CONFIRM_MEDIAN = "confirm_tta_seconds_median"
-M_CONFIRM_MIN = "confirm_tta_seconds_min"
-M_CONFIRM_MAX = "confirm_tta_seconds_max"
-M_CONFIRM_REPEATS = "confirm_repeats"
-M_CONFIRM_BASELINE_MEDIAN = "confirm_baseline_tta_seconds_median"
-M_CONFIRM_SPEEDUP = "confirm_speedup_vs_baseline"
 TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"
 TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
@@ -185,12 +178,12 @@ def _end_killed(client, parent) -> None:
 
 def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome) -> None:
     w, b = outcome.winner, outcome.baseline
-    values = {M_CONFIRM_REPEATS: outcome.repeats}
+    values = {t.M_CONFIRM_REPEATS: outcome.repeats}
     if w is not None and w.reached:
-        values.update({M_CONFIRM_MEDIAN: w.median, M_CONFIRM_MIN: min(w.reached), M_CONFIRM_MAX: max(w.reached)})
+        values.update({t.M_CONFIRM_MEDIAN: w.median, t.M_CONFIRM_MIN: min(w.reached), t.M_CONFIRM_MAX: max(w.reached)})
     if b is not None and b.median is not None:
-        values[M_CONFIRM_BASELINE_MEDIAN] = b.median
-    values[M_CONFIRM_SPEEDUP] = outcome.speedup
+        values[t.M_CONFIRM_BASELINE_MEDIAN] = b.median
+    values[t.M_CONFIRM_SPEEDUP] = outcome.speedup
     tags = {TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
     client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")

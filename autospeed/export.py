@@ -33,13 +33,13 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
     measured = Measured(
         search_name=name, search_id=parent.data.tags.get(t.TAG_SEARCH_ID), trial_id=best.trial_id,
         tta_seconds=best.tta_seconds,
-        tta_seconds_median=m.get("confirm_tta_seconds_median", best.tta_seconds),
-        tta_seconds_min=m.get("confirm_tta_seconds_min", best.tta_seconds),
-        tta_seconds_max=m.get("confirm_tta_seconds_max", best.tta_seconds),
-        repeats=int(m.get("confirm_repeats", 1)),
-        baseline_tta_seconds_median=m.get("confirm_baseline_tta_seconds_median",
+        tta_seconds_median=m.get(t.M_CONFIRM_MEDIAN, best.tta_seconds),
+        tta_seconds_min=m.get(t.M_CONFIRM_MIN, best.tta_seconds),
+        tta_seconds_max=m.get(t.M_CONFIRM_MAX, best.tta_seconds),
+        repeats=int(m.get(t.M_CONFIRM_REPEATS, 1)),
+        baseline_tta_seconds_median=m.get(t.M_CONFIRM_BASELINE_MEDIAN,
                                           base.tta_seconds if base and base.reached else None),
-        speedup_vs_baseline=m.get("confirm_speedup_vs_baseline", res.speedup(base, best)),
+        speedup_vs_baseline=m.get(t.M_CONFIRM_SPEEDUP, res.speedup(base, best)),
         environment=env,
     )
     recipe.measured = measured

@@ -378,9 +378,9 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
              ("baseline TTA (1 run)", _fmt(summary[t.M_BASELINE_TTA], " s")),
              ("speed-up (search)", _fmt(summary[t.M_SPEEDUP], "x")),
              ("trials", f"{summary['trials_total']}")]
-    if "confirm_tta_seconds_median" in m:
-        cards += [("confirmed median TTA", _fmt(m.get("confirm_tta_seconds_median"), " s")),
-                  ("confirmed speed-up", _fmt(m.get("confirm_speedup_vs_baseline"), "x"))]
+    if t.M_CONFIRM_MEDIAN in m:
+        cards += [("confirmed median TTA", _fmt(m.get(t.M_CONFIRM_MEDIAN), " s")),
+                  ("confirmed speed-up", _fmt(m.get(t.M_CONFIRM_SPEEDUP), "x"))]
     env = d.environment
     where = ", ".join(f"{k} {env[k]}" for k in ("device_name", "cpu_count", "torch", "cuda", "autospeed") if k in env)
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>autospeed report: {e(d.name)}</title>",

@@ -48,6 +48,13 @@ M_PEAK_MEMORY_MB = "peak_memory_mb"
 M_BEST_TTA = "best_tta_seconds"
 M_BASELINE_TTA = "baseline_tta_seconds"
 M_SPEEDUP = "speedup_vs_baseline"
+# confirmation (DESIGN.md "Confirmation runs"), on the parent run; export and report read them
+M_CONFIRM_MEDIAN = "confirm_tta_seconds_median"
+M_CONFIRM_MIN = "confirm_tta_seconds_min"
+M_CONFIRM_MAX = "confirm_tta_seconds_max"
+M_CONFIRM_REPEATS = "confirm_repeats"
+M_CONFIRM_BASELINE_MEDIAN = "confirm_baseline_tta_seconds_median"
+M_CONFIRM_SPEEDUP = "confirm_speedup_vs_baseline"
 
 DEFAULT_TRAIN_EXPERIMENT = "autospeed-train"
 
