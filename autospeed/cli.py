@@ -89,7 +89,7 @@ def cmd_search(args) -> int:
     from autospeed import results as res
     from autospeed import tracking
     from autospeed.export import best_recipe_yaml
-    from autospeed.search import run_search
+    from autospeed.search import run_search, sigterm_as_sigint
     from autospeed.space import load_spec
     from autospeed.yamlio import write_atomic
 
@@ -111,9 +111,7 @@ def cmd_search(args) -> int:
     if summary[tracking.M_BEST_TTA] is not None and not outcome.interrupted and not outcome.stop_reason:
         from autospeed.confirm import format_confirmation, run_confirmation
 
-        from autospeed.search import _sigterm_as_sigint
-
-        previous = _sigterm_as_sigint()  # Ctrl-C's handler is Python's again here: SIGTERM raises KeyboardInterrupt
+        previous = sigterm_as_sigint()  # Ctrl-C's handler is Python's again here: SIGTERM raises KeyboardInterrupt
         try:
             confirmed = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id)
         except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand

@@ -20,7 +20,6 @@ import html
 import math
 import os
 import statistics
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any
 
 from autospeed import results as res
 from autospeed import tracking as t
-from autospeed.yamlio import write_atomic
+from autospeed.yamlio import atomic_path, write_atomic
 
 REPORT_ARTIFACT_DIR = "report"
 STATUS_COLOURS = {
@@ -177,8 +176,9 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     confirmed.sort(key=lambda c: c.median if c.median is not None else math.inf)
     imp, why = importances(experiment_dir(parent, storage_path, name, search_id) / "optuna.db", name)
     env: dict[str, str] = {}
+    tags = {run.info.run_id: run.data.tags for run in children}
     for r in res.ranked(rows):  # the environment of the best trial that recorded one
-        run_tags = client.get_run(r.run_id).data.tags
+        run_tags = tags[r.run_id]
         env = {k.removeprefix("autospeed.env."): v for k, v in run_tags.items() if k.startswith("autospeed.env.")}
         if env:
             break
@@ -200,15 +200,10 @@ def _pyplot():
 
 
 def _save(fig, path: Path) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         _pyplot().close(fig)
     return path
 
@@ -467,7 +462,6 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
     html_path = write_atomic(out / "report.html", render_html(d, figures))
-    os.chmod(html_path, 0o644)  # a report is for sharing; mkstemp made it private
     paths = [p for p, _ in figures.values()]
     if log_to_mlflow:
         for p in [html_path, *paths]:

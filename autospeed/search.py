@@ -540,7 +540,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
           f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
 
     previous_sigint = signal.getsignal(signal.SIGINT)  # Ray Tune leaves its own installed after fit()
-    previous_sigterm = _sigterm_as_sigint()
+    previous_sigterm = sigterm_as_sigint()
     try:
         from ray import tune
 
@@ -615,7 +615,7 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _sigterm_as_sigint():
+def sigterm_as_sigint():
     """Make SIGTERM (`kill`, a scheduler's stop) end a search the way Ctrl-C does.
 
     Inside tuner.fit() Ray Tune's own SIGINT handler stops the trials, saves the

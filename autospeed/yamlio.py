@@ -6,8 +6,10 @@ syntax errors into one line with the file, line and column.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,29 +72,29 @@ def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write text to path via a temp file in the same folder and a rename, so a
-    reader (or a kill mid-write) never sees a half-written file.
-
-    Permissions are what a plain open() would give (the file's own when it exists,
-    else 0666 minus the umask), not mkstemp's owner-only 0600."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` to write; when the block ends without an
+    error it replaces `path` in one rename, so a reader (or a kill mid-write) never sees
+    a half-written file. Permissions are what a plain open() gives: the file's own when
+    it exists, else 0666 minus the umask (the temporary file is created that way)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        yield tmp
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    finally:
+        tmp.unlink(missing_ok=True)  # gone already after the rename
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write text to path atomically (see atomic_path), synced to disk."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return Path(path)
