@@ -155,11 +155,12 @@ def _decide(candidates: list[Candidate], repeats: int) -> ConfirmOutcome:
 
 
 def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe) -> str:
-    run = client.create_run(parent.info.experiment_id, run_name=f"confirm-{c.label}-r{repeat}", tags={
-        t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id, t.TAG_TRIAL_ID: c.trial_id,
-        t.TAG_KIND: t.KIND_CONFIRM, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: "running",
-        TAG_CONFIRM_REPEAT: str(repeat)})
-    t.log_batch(client, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
+    with t.interrupts_held():
+        run = client.create_run(parent.info.experiment_id, run_name=f"confirm-{c.label}-r{repeat}", tags={
+            t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id, t.TAG_TRIAL_ID: c.trial_id,
+            t.TAG_KIND: t.KIND_CONFIRM, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: "running",
+            TAG_CONFIRM_REPEAT: str(repeat)})
+        t.log_batch(client, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
     return run.info.run_id
 
 

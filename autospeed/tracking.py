@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import re
+import signal
+import threading
 import time
 from typing import Any, Iterable
 
@@ -205,10 +207,11 @@ def environment_tags(env: dict[str, Any]) -> dict[str, str]:
 
 def log_train_run(client, experiment: str, recipe, result) -> str:
     """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml."""
-    run = client.create_run(experiment_id(client, experiment), tags={TAG_KIND: KIND_TRAIN},
-                            run_name=f"train-{recipe.workload.split(':')[-1]}")
-    log_batch(client, run.info.run_id, params=recipe_params(recipe.training_fields()))
-    finish_run(client, run.info.run_id, recipe, result)
+    with interrupts_held():
+        run = client.create_run(experiment_id(client, experiment), tags={TAG_KIND: KIND_TRAIN},
+                                run_name=f"train-{recipe.workload.split(':')[-1]}")
+        log_batch(client, run.info.run_id, params=recipe_params(recipe.training_fields()))
+        finish_run(client, run.info.run_id, recipe, result)
     return run.info.run_id
 
 
@@ -225,15 +228,38 @@ def finish_run(client, run_id: str, recipe, result) -> None:
     tags = {TAG_STATUS: result.status, **environment_tags(result.environment)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
-    log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), score), tags=tags)
-    client.log_text(run_id, recipe.to_yaml(), "recipe.yaml")
-    failed = result.status in INFEASIBLE
-    client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
+    with interrupts_held():
+        log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), score), tags=tags)
+        client.log_text(run_id, recipe.to_yaml(), "recipe.yaml")
+        failed = result.status in INFEASIBLE
+        client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
 
 
 def mark_killed(client, run_id: str) -> None:
     """A run whose process was interrupted or died: status tag `killed`, MLflow status KILLED."""
     from mlflow.entities import RunStatus
 
-    client.set_tag(run_id, TAG_STATUS, "killed")
-    client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+    with interrupts_held():
+        client.set_tag(run_id, TAG_STATUS, "killed")
+        client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Hold Ctrl-C and SIGTERM while a group of tracking writes runs, and deliver them after it.
+
+    A KeyboardInterrupt raised inside a SQLite transaction leaves the store locked for the
+    rest of the process ("database is locked"), so the interrupted runs could no longer be
+    marked KILLED. Only the main thread receives signals; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if held:
+            signal.raise_signal(held[0])  # now to the handler that was installed before

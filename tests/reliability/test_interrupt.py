@@ -153,3 +153,41 @@ def test_ctrl_c_during_confirmation_keeps_the_search_and_resume_confirms(tmp_pat
     assert "confirmed best" in resumed.stdout
     parent = client_for(uri).get_run(parent.info.run_id)
     assert parent.data.metrics["confirm_repeats"] == 15
+
+
+CTRL_C_DURING_WRITES = """
+import os, random, signal, sys, threading, time
+from autospeed import tracking as t
+from autospeed.recipe import Recipe
+from autospeed.trainer import train
+from autospeed.workloads import load_workload
+
+client = t.connect(sys.argv[1])
+exp = t.experiment_id(client, "writes")
+recipe = Recipe.model_validate({"workload": "digits", "target_accuracy": 0.9, "max_train_seconds": 1, "epochs": 1})
+result = train(recipe, load_workload("digits", {}))
+random.seed(0)
+for i in range(15):
+    run_id = client.create_run(exp).info.run_id
+    threading.Timer(random.uniform(0.001, 0.03), os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        t.finish_run(client, run_id, recipe, result)
+        time.sleep(0.05)
+    except KeyboardInterrupt:
+        t.mark_killed(client, run_id)  # what an interrupted confirmation does
+print("done")
+"""
+
+
+def test_ctrl_c_in_the_middle_of_a_tracking_write_leaves_no_run_running(tmp_path):
+    """Ctrl-C inside an MLflow write used to leave the SQLite store locked: the interrupted
+    run could not be marked KILLED and stayed RUNNING (seen as a flaky confirmation test)."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    p = subprocess.run([sys.executable, "-c", CTRL_C_DURING_WRITES, uri], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path, env=cli_env())
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    runs = client_for(uri).search_runs([client_for(uri).get_experiment_by_name("writes").experiment_id])
+    assert len(runs) == 15 and not [r for r in runs if r.info.status == "RUNNING"]
