@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import os
-import platform
 import statistics
 import sys
 
@@ -22,15 +20,6 @@ def cpu_lock(exclusive: bool):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def machine() -> str:
-    import torch
-
-    from autospeed.environment import cpu_model
-
-    return (f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-            f"Python {platform.python_version()}, {torch.get_num_threads()} torch threads")
 
 
 def cv(values: list[float]) -> float:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_lock, cv, machine  # noqa: E402
+from _common import cpu_lock, cv, machine_header  # noqa: E402
 
 from autospeed.recipe import load_recipe  # noqa: E402
 from autospeed.trainer import train  # noqa: E402
@@ -70,8 +69,7 @@ def main() -> None:
         why = ""
     gaps = [(b[1] - a[1]) / a[1] for a, b in zip(top, top[1:])]
 
-    lines = ["# Timing noise of one recipe (CPU)", "", f"Machine: {machine()}",
-             f"Date: {time.strftime('%Y-%m-%d %H:%M')}",
+    lines = ["# Timing noise of one recipe (CPU)", "", *machine_header().splitlines(),
              f"Command: `python experiments/noise.py --recipe {args.recipe} --runs {args.runs}`",
              f"Recipe: `{args.recipe}` ({recipe.workload}, target {recipe.target_accuracy}, batch {recipe.batch_size}, "
              f"{recipe.optimizer} lr {recipe.lr:.3g} {recipe.schedule}, {recipe.precision}); runs back to back, "

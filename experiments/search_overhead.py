@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import argparse
 import io
-import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from autospeed.environment import environment
-from autospeed.search import run_search
-from autospeed.space import load_spec, spec_from_dict
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_header  # noqa: E402
+
+from autospeed.search import run_search  # noqa: E402
+from autospeed.space import load_spec, spec_from_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,9 +79,7 @@ def main() -> None:
     parser.add_argument("--spaces", nargs="+", default=["smoke", "fast", "long"],
                         help="smoke, fast (search_spaces/*.yaml) or long (fast.yaml with 10 s trials)")
     args = parser.parse_args()
-    env = environment()
-    print(f"# search overhead, {time.strftime('%Y-%m-%d')}, {env['cpu_model']}, {env['cpu_count']} cores, "
-          f"torch {env['torch']}, Python {platform.python_version()}")
+    print(f"# search overhead\n{machine_header()}")
     rows = []
     for name in args.spaces:
         with tempfile.TemporaryDirectory() as tmp:

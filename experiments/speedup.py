@@ -17,11 +17,10 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_lock, machine  # noqa: E402
+from _common import cpu_lock, machine_header  # noqa: E402
 
 from autospeed.recipe import load_recipe  # noqa: E402
 from autospeed.space import load_spec  # noqa: E402
@@ -95,8 +94,7 @@ def main() -> None:
     fmt = lambda xs: ", ".join(f"{x:.2f}" if x is not None else "miss" for x in xs)  # noqa: E731
     text = f"""# Speed-up of the searched recipe over the baseline ({spec.workload}, CPU)
 
-Machine: {machine()}
-Date: {time.strftime('%Y-%m-%d %H:%M')}
+{machine_header()}
 Command: `python experiments/speedup.py{' --best ' + str(args.best) if args.best else ''}{' --trials ' + str(args.trials) if args.trials else ''}{' --target ' + str(args.target) if args.target else ''} --budget-seconds {args.budget_seconds:g} --repeats {args.repeats}`
 Space: `{Path(args.space).name}`, target accuracy {args.target or spec.target_accuracy}; recipe measured: `{best_path}`
 Timed runs: {args.repeats} interleaved repeats each, seeds 500..{500 + args.repeats - 1} (never used by the search),
