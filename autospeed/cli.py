@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import traceback
 
@@ -70,28 +69,23 @@ def cmd_train(args) -> int:
         tta = f"{result.tta_seconds:.2f} s" if result.tta_seconds is not None else "-"
         print(f"status {result.status}  TTA {tta} (train clock)  best val_acc {result.best_val_accuracy:.4f}  "
               f"train {result.train_seconds:.2f} s  wall {result.wall_seconds:.2f} s  "
-              f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s  "
-              f"peak {result.peak_memory_mb:.0f} MB")
+              f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s"
+              + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
         not_applied = [k for k, v in result.applied.items() if v is False and getattr(recipe, k, False)]
         if not_applied:
             print(f"not applied on {result.applied['device']}: {', '.join(not_applied)}")
     if result.error:
         _err(f"run {result.status}: {result.error}")
-    from autospeed.results import INFEASIBLE
-
-    return EXIT_FAILURE if result.status in INFEASIBLE else EXIT_OK
+    return EXIT_FAILURE if result.status.infeasible else EXIT_OK
 
 
 # ---------------------------------------------------------------- search
 def cmd_search(args) -> int:
     from pathlib import Path
 
-    from autospeed import results as res
     from autospeed import tracking
-    from autospeed.export import best_recipe_yaml
-    from autospeed.search import run_search, sigterm_as_sigint
+    from autospeed.search import run_search
     from autospeed.space import load_spec
-    from autospeed.yamlio import write_atomic
 
     spec = load_spec(args.space)
     if args.trials is not None and args.trials < 1:
@@ -101,51 +95,28 @@ def cmd_search(args) -> int:
     outcome = run_search(spec, Path(args.space).read_text(), args.space, trials=args.trials,
                          tracking_uri=args.tracking_uri, storage_path=args.storage_path,
                          ray_address=args.ray_address, resume=args.resume, seed=args.seed, verbose=args.verbose)
-    rows = outcome.rows
-    print()
-    print(res.format_leaderboard(rows))
-    summary = res.summary_metrics(rows)
-    uri = tracking.resolve_tracking_uri(args.tracking_uri)
-    client = tracking.connect(uri)
-    confirmed, interrupted = None, outcome.interrupted
-    if summary[tracking.M_BEST_TTA] is not None and not outcome.interrupted and not outcome.stop_reason:
-        from autospeed.confirm import format_confirmation, run_confirmation
-
-        previous = sigterm_as_sigint()  # Ctrl-C's handler is Python's again here: SIGTERM raises KeyboardInterrupt
-        try:
-            confirmed = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id)
-        except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
-            interrupted = True
-            print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-        if confirmed is not None:
-            print()
-            print(format_confirmation(confirmed))
+    summary = outcome.summary
     if summary[tracking.M_BEST_TTA] is not None:
-        sp = summary[tracking.M_SPEEDUP]
-        base = summary[tracking.M_BASELINE_TTA]
-        print(f"\nbest TTA {summary[tracking.M_BEST_TTA]:.2f} s (train clock)"
+        sp, base = summary[tracking.M_SPEEDUP], summary[tracking.M_BASELINE_TTA]
+        print(f"\nbest TTA {summary[tracking.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
               + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
+        confirmed = outcome.confirmation
         if confirmed is not None and confirmed.winner is not None:
             w, csp = confirmed.winner, confirmed.speedup
             print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
                   f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
                   + (f", {csp:.2f}x faster than the baseline's median" if csp else ""))
-        text, _ = best_recipe_yaml(client, spec.name, outcome.search_id)  # not a same-named search's
-        best_path = write_atomic(outcome.experiment_dir / "best.yaml", text)
-        client.log_artifact(outcome.parent_run_id, str(best_path))
-        print(f"best recipe: {best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
     else:
         print("\nno trial reached the target")
+    if outcome.best_path is not None:
+        print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
     print(f"search took {outcome.wall_seconds:.1f} s wall; compare trials: mlflow ui --backend-store-uri "
-          f"{tracking.redact(uri)}  (or: autospeed ui --name {spec.name}); "
+          f"{tracking.redact(outcome.tracking_uri)}  (or: autospeed ui --name {spec.name}); "
           f"figures: autospeed report --name {spec.name}")
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
-    if interrupted:
+    if outcome.interrupted:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK

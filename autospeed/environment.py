@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import resource
 import sys
 from functools import lru_cache
 from typing import Any
@@ -61,13 +60,43 @@ def differences(measured_on: dict[str, Any], here: dict[str, Any]) -> list[str]:
             if k in measured_on and measured_on.get(k) != here.get(k)]
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+class PeakMemory:
+    """The peak memory of one run, from its start: not the process's lifetime high-water mark,
+    so a reused Ray actor or a confirmation run does not inherit an earlier run's peak.
+
+    CUDA: peak bytes allocated by tensors on the device (the allocator's statistics, reset here).
+    CPU: the process's peak resident set size since the start of the run; Linux resets the
+    high-water mark when "5" is written to /proc/self/clear_refs. Where that is not possible
+    (another OS, a locked-down /proc) there is no per-run figure and `mb()` is None: a lifetime
+    peak would be a wrong number, not an approximate one.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            self.per_run = True
+        else:
+            self.per_run = _reset_peak_rss()
+
+    def mb(self) -> float | None:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return _peak_rss_mb() if self.per_run else None
 
 
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak CUDA memory allocated on the device; on CPU the process's peak RSS."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _peak_rss_mb() is not None
+    except OSError:
+        return False
+
+
+def _peak_rss_mb() -> float | None:
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    return None

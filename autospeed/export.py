@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from autospeed import results as res
+from autospeed import runs as res
 from autospeed import tracking as t
 from autospeed.errors import RunFailure
 from autospeed.recipe import Measured, load_recipe
@@ -22,30 +22,31 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
     if not reached:
         raise RunFailure(f"search '{name}' has no trial that reached its target "
                          f"({len(rows)} trials); raise budget.max_train_seconds or lower target_accuracy and search again")
-    confirmed = parent.data.tags.get("autospeed.confirmed_best_trial")
-    best = next((r for r in reached if r.trial_id == confirmed), reached[0])
-    base = res.baseline_of(rows)
+    confirmed_trial = parent.data.tags.get(t.TAG_CONFIRMED_BEST)
+    best = next((r for r in reached if r.trial_id == confirmed_trial), reached[0])
     with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(best.run_id, "recipe.yaml", tmp)
-        recipe = load_recipe(path)
-    m = parent.data.metrics
+        recipe = load_recipe(client.download_artifacts(best.run_id, "recipe.yaml", tmp))
     env = json.loads(client.get_run(best.run_id).data.tags.get(t.TAG_ENVIRONMENT, "{}"))
-    measured = Measured(
-        search_name=name, search_id=parent.data.tags.get(t.TAG_SEARCH_ID), trial_id=best.trial_id,
-        tta_seconds=best.tta_seconds,
-        tta_seconds_median=m.get(t.M_CONFIRM_MEDIAN, best.tta_seconds),
-        tta_seconds_min=m.get(t.M_CONFIRM_MIN, best.tta_seconds),
-        tta_seconds_max=m.get(t.M_CONFIRM_MAX, best.tta_seconds),
-        repeats=int(m.get(t.M_CONFIRM_REPEATS, 1)),
-        baseline_tta_seconds_median=m.get(t.M_CONFIRM_BASELINE_MEDIAN,
-                                          base.tta_seconds if base and base.reached else None),
-        speedup_vs_baseline=m.get(t.M_CONFIRM_SPEEDUP, res.speedup(base, best)),
-        environment=env,
-    )
+    measured = Measured(search_name=name, search_id=parent.data.tags.get(t.TAG_SEARCH_ID), trial_id=best.trial_id,
+                        tta_seconds=best.tta_seconds, environment=env)
+    m = parent.data.metrics
+    if confirmed_trial == best.trial_id and t.M_CONFIRM_MEDIAN in m:
+        # Only confirmation runs give medians: the one search measurement of the best of many
+        # trials is the number most biased low (the winner's curse), so it is never written as one.
+        measured.confirmed = True
+        measured.tta_seconds_median = m[t.M_CONFIRM_MEDIAN]
+        measured.tta_seconds_min, measured.tta_seconds_max = m.get(t.M_CONFIRM_MIN), m.get(t.M_CONFIRM_MAX)
+        measured.repeats = int(m[t.M_CONFIRM_REPEATS])
+        measured.baseline_tta_seconds_median = m.get(t.M_CONFIRM_BASELINE_MEDIAN)
+        measured.speedup_vs_baseline = m.get(t.M_CONFIRM_SPEEDUP)
+        measured.speedup_ci_low = m.get(t.M_CONFIRM_SPEEDUP_CI_LOW)
+        measured.speedup_ci_high = m.get(t.M_CONFIRM_SPEEDUP_CI_HIGH)
     recipe.measured = measured
+    how = (f"median of {measured.repeats} confirmation runs with new seeds" if measured.confirmed else
+           "one search measurement, unconfirmed (set confirm.repeats > 0 for medians and a speed-up)")
     header = (f"# Exported by autospeed from search '{name}' ({measured.search_id}), trial {best.trial_id}.\n"
-              f"# TTA is train-clock seconds to target on {env.get('device_name', 'the search machine')}; "
-              f"`measured` is ignored by training.\n")
+              f"# TTA is train-clock seconds to target on {env.get('device_name', 'the search machine')}, "
+              f"{how}; `measured` is ignored by training.\n")
     return header + recipe.to_yaml(), best
 
 

@@ -32,13 +32,16 @@ class Measured(_Strict):
     search_name: str | None = None
     search_id: str | None = None
     trial_id: str | None = None
-    tta_seconds: float | None = None
-    tta_seconds_median: float | None = None
+    tta_seconds: float | None = None  # the trial's one search measurement (train clock)
+    confirmed: bool = False  # true only when confirmation runs decided the winner; then:
+    tta_seconds_median: float | None = None  # over `repeats` confirmation runs with new seeds
     tta_seconds_min: float | None = None
     tta_seconds_max: float | None = None
     repeats: int | None = None
     baseline_tta_seconds_median: float | None = None
-    speedup_vs_baseline: float | None = None
+    speedup_vs_baseline: float | None = None  # ratio of medians
+    speedup_ci_low: float | None = None  # bootstrap 90% interval over the seeds
+    speedup_ci_high: float | None = None
     environment: dict[str, Any] | None = None
 
 

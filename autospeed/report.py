@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autospeed import results as res
+from autospeed import runs as res
 from autospeed import tracking as t
 from autospeed.yamlio import atomic_path, write_atomic
 

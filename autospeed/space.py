@@ -28,39 +28,50 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_KINDS = ("choice", "uniform", "loguniform", "int")
+
+
 class Param(_Strict):
     """One searched knob: exactly one of choice / uniform / loguniform / int, and an optional `when`."""
+
+    # `int` is the file's key; the attribute is `int_` because a field named `int` would shadow
+    # the builtin inside this class's own annotations (every `int: [a, b]` range was rejected).
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
 
     choice: list[Any] | None = None
     uniform: tuple[float, float] | None = None
     loguniform: tuple[float, float] | None = None
-    int: tuple[int, int] | None = None
+    int_: tuple[int, int] | None = Field(None, alias="int")
     log: bool = False  # for `int`: sample on a log scale
     when: dict[str, list[Any]] | None = None  # sample only when these parameters take one of these values
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Param":
-        kinds = [k for k in ("choice", "uniform", "loguniform", "int") if getattr(self, k) is not None]
+        kinds = [k for k in _KINDS if self.bounds(k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"give exactly one of choice, uniform, loguniform, int (got {kinds or 'none'})")
         if self.choice is not None and not self.choice:
             raise ValueError("empty choice list; give at least one value")
         for kind in ("uniform", "loguniform", "int"):
-            bounds = getattr(self, kind)
+            bounds = self.bounds(kind)
             if bounds is not None and not bounds[0] < bounds[1]:
                 raise ValueError(f"`low < high` must hold, but got (low={bounds[0]}, high={bounds[1]}); swap or widen")
         if self.loguniform is not None and self.loguniform[0] <= 0:
             raise ValueError(f"loguniform needs low > 0, got {self.loguniform[0]}; use uniform or a positive low")
-        if self.int is not None and self.log and self.int[0] <= 0:
-            raise ValueError(f"a log int range needs low >= 1, got {self.int[0]}")
+        if self.int_ is not None and self.log and self.int_[0] <= 0:
+            raise ValueError(f"a log int range needs low >= 1, got {self.int_[0]}")
         return self
 
+    def bounds(self, kind: str) -> Any:
+        """The value given for `kind` (the choice list or the range), None if not this kind."""
+        return self.int_ if kind == "int" else getattr(self, kind)
+
     def kind(self) -> str:
-        return next(k for k in ("choice", "uniform", "loguniform", "int") if getattr(self, k) is not None)
+        return next(k for k in _KINDS if self.bounds(k) is not None)
 
     def edge_values(self) -> list[Any]:
         """Values that must all be valid for the knob: every choice, or both bounds."""
-        return list(getattr(self, self.kind()))
+        return list(self.bounds(self.kind()))
 
 
 class Budget(_Strict):
@@ -133,7 +144,7 @@ class SearchSpec(_Strict):
             elif kind == "loguniform":
                 chosen[name] = trial.suggest_float(name, *p.loguniform, log=True)
             else:
-                chosen[name] = trial.suggest_int(name, *p.int, log=p.log)
+                chosen[name] = trial.suggest_int(name, *p.int_, log=p.log)
         return {"baseline": False}
 
 

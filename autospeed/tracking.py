@@ -19,6 +19,7 @@ import time
 from typing import Any, Iterable
 
 from autospeed.errors import RunFailure, UserError
+from autospeed.outcome import Status, is_infeasible
 
 # ---- tags ----
 TAG_SEARCH_ID = "autospeed.search_id"
@@ -28,6 +29,9 @@ TAG_STATUS = "autospeed.status"
 TAG_BASELINE = "autospeed.baseline"
 TAG_ERROR = "autospeed.error"
 TAG_DUPLICATE_OF = "autospeed.duplicate_of"  # on a trial whose recipe an earlier trial already trained
+TAG_APPLIED = "autospeed.applied"  # on a trial: each knob and the value that took effect (JSON)
+TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"  # on the parent: the trial confirmation picked
+TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
 TAG_PARENT = "mlflow.parentRunId"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
@@ -57,6 +61,8 @@ M_CONFIRM_MAX = "confirm_tta_seconds_max"
 M_CONFIRM_REPEATS = "confirm_repeats"
 M_CONFIRM_BASELINE_MEDIAN = "confirm_baseline_tta_seconds_median"
 M_CONFIRM_SPEEDUP = "confirm_speedup_vs_baseline"
+M_CONFIRM_SPEEDUP_CI_LOW = "confirm_speedup_ci_low"  # bootstrap 90% interval over the seeds
+M_CONFIRM_SPEEDUP_CI_HIGH = "confirm_speedup_ci_high"
 
 DEFAULT_TRAIN_EXPERIMENT = "autospeed-train"
 
@@ -103,9 +109,8 @@ def connect(uri: str):
     saved = {k: os.environ.get(k) for k in fast}
     os.environ.update({k: v for k, v in fast.items() if saved[k] is None})
     try:
-        client = MlflowClient(tracking_uri=uri)
         with _schema_lock(uri):  # two first-time writers of one SQLite file race on creating its tables
-            client.search_experiments(max_results=1)
+            client = _first_contact(lambda: MlflowClient(tracking_uri=uri))
     except Exception as e:
         first = redact(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
         if "unsupported" in first.lower() or "invalid" in first.lower() or "could not find" in first.lower():
@@ -118,6 +123,28 @@ def connect(uri: str):
             if v is None:
                 os.environ.pop(k, None)
     return client
+
+
+# What MLflow's SQL store raises when another process (`mlflow ui`, a client listing runs, a
+# second search) creates or migrates the same SQLite store at the same moment: a race, not an
+# unreachable store. alembic: "Online migration expected to match one row when updating ...".
+_CREATION_RACE = re.compile(r"online migration expected|database is locked|already exists|"
+                            r"no such table|alembic_version", re.IGNORECASE)
+CREATION_RACE_ATTEMPTS = 6  # 6.3 s of back-off in all
+
+
+def _first_contact(make_client, attempts: int = CREATION_RACE_ATTEMPTS):
+    """A client that has answered one call. Creating the client opens the store, which creates or
+    migrates a SQLite schema; both are retried while another process is doing the same."""
+    for attempt in range(attempts):
+        try:
+            client = make_client()
+            client.search_experiments(max_results=1)
+            return client
+        except Exception as e:
+            if attempt == attempts - 1 or not _CREATION_RACE.search(str(e)):
+                raise
+            time.sleep(0.1 * 2 ** attempt)  # the other process finishes its migration meanwhile
 
 
 @contextlib.contextmanager
@@ -220,18 +247,14 @@ def finish_run(client, run_id: str, recipe, result) -> None:
     recipe.yaml; FAILED for an infeasible run. Shared by `autospeed train` and confirmation runs."""
     from mlflow.entities import RunStatus
 
-    from autospeed.results import INFEASIBLE, objective  # results imports this module
-
     per_eval = [m for event in result.history for m in eval_metrics(event)]
-    score = objective(result.status, result.tta_seconds, result.best_val_accuracy, recipe.target_accuracy,
-                      recipe.max_train_seconds)
-    tags = {TAG_STATUS: result.status, **environment_tags(result.environment)}
+    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
     with interrupts_held():
-        log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), score), tags=tags)
+        log_batch(client, run_id, per_eval + final_metrics(result.to_dict(), result.objective), tags=tags)
         client.log_text(run_id, recipe.to_yaml(), "recipe.yaml")
-        failed = result.status in INFEASIBLE
+        failed = is_infeasible(result.status)
         client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED))
 
 
@@ -240,7 +263,7 @@ def mark_killed(client, run_id: str) -> None:
     from mlflow.entities import RunStatus
 
     with interrupts_held():
-        client.set_tag(run_id, TAG_STATUS, "killed")
+        client.set_tag(run_id, TAG_STATUS, Status.KILLED.value)
         client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
 
 

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from autospeed.environment import environment, peak_memory_mb, reset_peak_memory
+from autospeed.environment import PeakMemory, environment
+from autospeed.outcome import Status, objective
 from autospeed.recipe import Recipe
 from autospeed.workloads import Workload, load_workload
 
@@ -48,21 +49,23 @@ class EvalEvent:
     samples_per_second: float  # over the steps since the previous evaluation
     reached: bool  # best_val_accuracy >= target
     compile_seconds: float  # so far (all of it is in the first step)
-    peak_memory_mb: float  # so far
+    peak_memory_mb: float | None  # so far (None where it cannot be measured per run)
+    objective: float  # the censored objective if the run ended now (outcome.objective)
 
 
 @dataclass
 class TrainResult:
     """The result object of DESIGN.md "Result of one training run"."""
 
-    status: str
+    status: Status
     tta_seconds: float | None
     best_val_accuracy: float
+    objective: float  # the censored objective of this outcome (outcome.objective)
     train_seconds: float
     wall_seconds: float
     compile_seconds: float
     first_step_seconds: float
-    peak_memory_mb: float
+    peak_memory_mb: float | None  # this run's peak (None where it cannot be measured per run)
     samples_per_second: float
     steps: int
     epochs_done: float
@@ -73,7 +76,7 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "status": self.status.value}
 
 
 class _Checkpointed(nn.Module):
@@ -268,7 +271,7 @@ def train(
     # actor running many trials) would find the graphs of an earlier run cached in
     # memory and undercharge compiled recipes. Inductor's on-disk cache stays, as it
     # does for a user's next run on the same machine.
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.manual_seed(recipe.seed)
     device = pick_device(recipe)
     applied: dict[str, Any] = {"device": device.type, "precision": recipe.precision,
@@ -278,9 +281,9 @@ def train(
                                and device.type == "cuda",
                                "warmup_fraction": 0.0 if recipe.schedule == "onecycle" else recipe.warmup_fraction}
     _set_backend_knobs(recipe, device, applied)
-    reset_peak_memory(device)
+    peak = PeakMemory(device)  # this run's peak only, also in a reused process
 
-    state = {"status": "not_reached", "tta": None, "best": 0.0, "step": 0, "samples": 0, "evals": 0,
+    state = {"status": Status.NOT_REACHED, "tta": None, "best": 0.0, "step": 0, "samples": 0, "evals": 0,
              "compile_seconds": 0.0, "first_step_seconds": 0.0, "error": None, "steps_per_epoch": 1}
     history: list[dict[str, float]] = []
     clock = _Clock(device)
@@ -290,11 +293,11 @@ def train(
         state["steps_per_epoch"] = batches.steps_per_epoch
         val_x, val_y = workload.val_x.to(device), workload.val_y.to(device)
         _train_loop(recipe, workload, device, train_model, eval_model, batches, val_x, val_y,
-                    clock, state, history, on_eval, wall_start, applied)
+                    clock, state, history, on_eval, wall_start, applied, peak)
     except Exception as e:  # every failure becomes a status the caller can act on
         if clock.started is not None:
             clock.stop()
-        state["status"] = "oom" if _is_oom(e) else "failed"
+        state["status"] = Status.OOM if _is_oom(e) else Status.FAILED
         state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -304,9 +307,11 @@ def train(
     applied["grad_scaler"] = recipe.precision == "fp16"
     return TrainResult(
         status=state["status"], tta_seconds=state["tta"], best_val_accuracy=state["best"],
+        objective=objective(state["status"], state["tta"], state["best"], recipe.target_accuracy,
+                            recipe.max_train_seconds),
         train_seconds=train_seconds, wall_seconds=time.perf_counter() - wall_start,
         compile_seconds=state["compile_seconds"], first_step_seconds=state["first_step_seconds"],
-        peak_memory_mb=peak_memory_mb(device),
+        peak_memory_mb=peak.mb(),
         samples_per_second=state["samples"] / train_seconds if train_seconds > 0 else 0.0,
         steps=state["step"], epochs_done=state["step"] / state["steps_per_epoch"],
         evaluations=state["evals"], applied=applied, environment=environment(device),
@@ -315,7 +320,7 @@ def train(
 
 
 def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_x, val_y,
-                clock, state, history, on_eval, wall_start, applied) -> None:
+                clock, state, history, on_eval, wall_start, applied, peak) -> None:
     autocast_dtype = _autocast_dtype(recipe.precision)
     optimizer = build_optimizer(recipe, train_model)
     total_steps = max(1, math.ceil(recipe.epochs * batches.steps_per_epoch))
@@ -382,21 +387,23 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
                 val_accuracy=accuracy, best_val_accuracy=state["best"], train_loss=train_loss,
                 samples_per_second=samples_since_eval / interval if interval > 0 else 0.0,
                 reached=state["best"] >= recipe.target_accuracy,
-                compile_seconds=state["compile_seconds"], peak_memory_mb=peak_memory_mb(device),
+                compile_seconds=state["compile_seconds"], peak_memory_mb=peak.mb(),
+                objective=objective(Status.RUNNING, train_seconds if state["best"] >= recipe.target_accuracy else None,
+                                    state["best"], recipe.target_accuracy, recipe.max_train_seconds),
             )
             history.append({k_: v for k_, v in asdict(event).items() if k_ != "reached"})
             if not math.isfinite(train_loss):
-                state["status"] = "diverged"
+                state["status"] = Status.DIVERGED
                 state["error"] = f"train loss became {train_loss} by step {state['step']}"
                 return
             if event.reached and state["tta"] is None:
                 state["tta"] = train_seconds
-                state["status"] = "reached"
+                state["status"] = Status.REACHED
             stop_requested = bool(on_eval(event)) if on_eval is not None else False
             if event.reached or out_of_steps or out_of_time:
                 return
             if stop_requested:
-                state["status"] = "stopped_early"
+                state["status"] = Status.STOPPED_EARLY
                 return
             loss_sum.zero_()
             steps_since_eval, samples_since_eval, clock_at_last_eval = 0, 0, train_seconds

@@ -56,7 +56,7 @@ def searched(tmp_path_factory):
 
     from mlflow.tracking import MlflowClient
 
-    from autospeed import results as res
+    from autospeed import runs as res
 
     client = MlflowClient(uri)
     parent = res.find_parent(client, "smoke")

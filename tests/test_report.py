@@ -226,7 +226,7 @@ def test_report_of_an_unknown_search_is_one_line_and_exit_1(store, run_cli):
 
 def test_curves_are_aligned_by_step(store):
     from autospeed import report
-    from autospeed import results as res
+    from autospeed import runs as res
 
     parent = res.find_parent(store.client, "demo")
     row = next(r for r in res.trial_rows(store.client, parent) if r.trial_id == "t_00001")

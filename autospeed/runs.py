@@ -12,24 +12,10 @@ from typing import Any
 
 from autospeed import tracking as t
 from autospeed.errors import RunFailure
+from autospeed.outcome import Status
+from autospeed.outcome import speedup as _ratio
 
 KEY_KNOBS = ("batch_size", "accumulation_steps", "lr", "schedule", "precision", "compile", "optimizer")
-INFEASIBLE = ("oom", "diverged", "failed")
-
-
-def objective(status: str, tta_seconds: float | None, best_val_accuracy: float, target: float,
-              max_train_seconds: float) -> float:
-    """The censored objective Optuna minimises (DESIGN.md "The objective Optuna sees").
-
-    reached: TTA; not (yet) reached: a penalty above every reached TTA that
-    shrinks as accuracy nears the target; infeasible: 3x the budget.
-    """
-    if status in INFEASIBLE:
-        return 3.0 * max_train_seconds
-    if tta_seconds is not None:
-        return float(tta_seconds)
-    gap = max(0.0, target - best_val_accuracy) / target
-    return max_train_seconds * (1.0 + gap)
 
 
 @dataclass
@@ -51,7 +37,7 @@ class TrialRow:
 
     @property
     def reached(self) -> bool:
-        return self.status == "reached" and self.tta_seconds is not None
+        return self.status == Status.REACHED and self.tta_seconds is not None
 
     def knobs(self) -> str:
         return " ".join(f"{k}={_short(self.params[k])}" for k in KEY_KNOBS if k in self.params)
@@ -99,7 +85,7 @@ def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = Non
             continue
         rows.append(TrialRow(
             run_id=run.info.run_id, trial_id=tags.get(t.TAG_TRIAL_ID, ""), kind=kind,
-            baseline=tags.get(t.TAG_BASELINE) == "true", status=tags.get(t.TAG_STATUS, "running"),
+            baseline=tags.get(t.TAG_BASELINE) == "true", status=tags.get(t.TAG_STATUS, Status.RUNNING.value),
             tta_seconds=m.get(t.M_TTA), best_val_accuracy=m.get(t.M_BEST_VAL_ACCURACY),
             objective=m.get(t.M_OBJECTIVE), wall_seconds=m.get(t.M_WALL_SECONDS),
             params=dict(run.data.params), start_ms=run.info.start_time or 0,
@@ -121,9 +107,10 @@ def baseline_of(rows: list[TrialRow]) -> TrialRow | None:
 
 
 def speedup(baseline: TrialRow | None, best: TrialRow | None) -> float | None:
-    if baseline is None or best is None or not baseline.reached or not best.reached or not best.tta_seconds:
+    """The search's single-measurement speed-up of `best` over the baseline (None unless both reached)."""
+    if baseline is None or best is None or not baseline.reached or not best.reached:
         return None
-    return baseline.tta_seconds / best.tta_seconds
+    return _ratio(baseline.tta_seconds, best.tta_seconds)
 
 
 def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:

@@ -6,8 +6,8 @@ recipes and the baseline train `confirm.repeats` more times with new seeds,
 interleaved (A B C A B C ...) so machine drift hits all alike. Winner and
 speed-up are decided on medians and reported with min and max.
 
-Runs happen in the driver process with `autospeed.trainer.train` (no Ray), one at
-a time with all cores. Each is an MLflow child run of the search's parent with
+Runs happen in the driver process with `autospeed.trainer.train` after Ray has
+shut down, one at a time with all cores. Each is an MLflow child run of the search's parent with
 `autospeed.kind=confirm`; the results go to the parent as the `confirm_*`
 metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` reads.
 """
@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from autospeed import results as res
+from autospeed import runs as res
 from autospeed import tracking as t
+from autospeed.outcome import Status, is_infeasible, median_tta, speedup_interval
 from autospeed.recipe import Recipe, load_recipe
+from autospeed.search._ray import stop_ray
 from autospeed.space import SearchSpec
 
-TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"
-TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 
 
@@ -49,10 +48,7 @@ class Candidate:
     @property
     def median(self) -> float | None:
         """Median TTA, a run that missed the target counting as infinitely slow; None if that is the median."""
-        if not self.ttas:
-            return None
-        m = statistics.median([x if x is not None else math.inf for x in self.ttas])
-        return m if math.isfinite(m) else None
+        return median_tta(self.ttas)
 
     @property
     def reached(self) -> list[float]:
@@ -72,6 +68,13 @@ class ConfirmOutcome:
             return None
         return self.baseline.median / self.winner.median
 
+    @property
+    def speedup_interval(self) -> tuple[float | None, float | None]:
+        """Bootstrap 90% interval of the winner's speed-up over the seeds."""
+        if not self.winner or not self.baseline or self.speedup is None:
+            return None, None
+        return speedup_interval(self.baseline.ttas, self.winner.ttas)
+
 
 def _trial_recipe(client, run_id: str) -> Recipe:
     """The exact recipe a trial trained (its recipe.yaml artifact)."""
@@ -84,17 +87,8 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     rows = res.trial_rows(client, parent)
     top = [r for r in res.ranked(rows) if r.reached and not r.baseline][:top_k]
     base = res.baseline_of(rows)
-    chosen = top + ([base] if base is not None and base.status not in res.INFEASIBLE else [])
+    chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds, _trial_recipe(client, r.run_id)) for r in chosen]
-
-
-def _stop_ray() -> None:
-    """The search's Ray processes would share the cores with the timed runs."""
-    if "ray" in sys.modules:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
 
 
 def _threads(spec: SearchSpec) -> int | None:
@@ -120,7 +114,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     candidates = pick_candidates(client, parent, top_k)
     if not any(not c.baseline for c in candidates):
         return None
-    _stop_ray()
+    stop_ray()
     threads = _threads(spec)
     workload = load_workload(spec.workload, spec.workload_options)
     total = repeats * len(candidates)
@@ -134,7 +128,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
                 run_id = _start_run(client, parent, search_id, c, r, recipe)
                 result = train(recipe, workload, num_threads=threads)
                 t.finish_run(client, run_id, recipe, result)
-                c.ttas.append(result.tta_seconds if result.status == "reached" else None)
+                c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
                 c.samples_per_second.append(result.samples_per_second)
                 done += 1
                 tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
@@ -158,8 +152,8 @@ def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe
     with t.interrupts_held():
         run = client.create_run(parent.info.experiment_id, run_name=f"confirm-{c.label}-r{repeat}", tags={
             t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id, t.TAG_TRIAL_ID: c.trial_id,
-            t.TAG_KIND: t.KIND_CONFIRM, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: "running",
-            TAG_CONFIRM_REPEAT: str(repeat)})
+            t.TAG_KIND: t.KIND_CONFIRM, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: Status.RUNNING.value,
+            t.TAG_CONFIRM_REPEAT: str(repeat)})
         t.log_batch(client, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
     return run.info.run_id
 
@@ -185,7 +179,8 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome) -> None:
     if b is not None and b.median is not None:
         values[t.M_CONFIRM_BASELINE_MEDIAN] = b.median
     values[t.M_CONFIRM_SPEEDUP] = outcome.speedup
-    tags = {TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
+    values[t.M_CONFIRM_SPEEDUP_CI_LOW], values[t.M_CONFIRM_SPEEDUP_CI_HIGH] = outcome.speedup_interval
+    tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
     client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
 
@@ -204,4 +199,10 @@ def format_confirmation(outcome: ConfirmOutcome) -> str:
         lines.append(f"  {c.label[-16:]:<16} {fmt(c.search_tta_seconds):>10} {fmt(c.median):>8} "
                      f"{fmt(min(got) if got else None):>8} {fmt(max(got) if got else None):>8} "
                      f"{len(got):>4}/{len(c.ttas):<3} {vs:>8}{mark}")
+    low, high = outcome.speedup_interval
+    if outcome.speedup is not None:
+        interval = (f"{low:.2f}x to {high:.2f}x" if low is not None and high is not None and math.isfinite(high)
+                    else "undefined (too many missed targets)")
+        lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x (ratio of medians); "
+                     f"bootstrap 90% interval over the seeds: {interval}")
     return "\n".join(lines)

@@ -1,0 +1,16 @@
+"""The search: Ray Tune schedules trials, Optuna's TPE picks recipes, ASHA stops weak
+trials, MLflow records every trial, confirmation runs decide the winner.
+
+    run.py        the whole pipeline (preflight, trials, confirmation, best.yaml, parent run)
+    trainable.py  the Ray adapter: config -> recipe -> trainer -> tune.report
+    callback.py   one MLflow child run per trial (a Ray Tune callback)
+    tuner.py      Optuna's sampler, ASHA, the stopper, the Tuner
+    confirm.py    confirmation runs (no Ray)
+    storage.py    the search's files on disk
+    _ray.py       Ray set-up and every Ray-version workaround
+"""
+
+from autospeed.search.run import SearchOutcome, run_search
+from autospeed.search.storage import latest_search_dir, search_root
+
+__all__ = ["SearchOutcome", "latest_search_dir", "run_search", "search_root"]

@@ -1,0 +1,160 @@
+"""The Ray Tune callback (driver side) that gives every trial one MLflow child run.
+
+Child runs are found again by trial id after a resume, so a trial never gets two. When a
+trial's run is final, the trial goes into the search's ledger (and its recipe into the
+recipe index), which the trainable reads to replay it instead of training it again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from autospeed import runs
+from autospeed import tracking as t
+from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
+from autospeed.search.storage import SearchDir
+from autospeed.search.trainable import FINAL, recipe_of
+from autospeed.space import SearchSpec
+
+
+class TrialTracker(Callback):
+    def __init__(self, client, parent_run_id: str, search_id: str, spec: SearchSpec, total: int, console,
+                 search_dir: SearchDir):
+        from autospeed.live import SearchView
+
+        self.client, self.parent, self.search_id = client, parent_run_id, search_id
+        self.spec, self.search_dir = spec, search_dir
+        parent = client.get_run(parent_run_id)
+        self.experiment_id = parent.info.experiment_id
+        self.runs: dict[str, str] = {}  # trial id -> MLflow run id
+        self.replayed: set[str] = set()
+        self.errors_in_a_row: list[str] = []
+        self.stop_reason: str | None = None
+        children = runs.child_runs(client, parent)
+        for run in children:
+            if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
+                self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
+        self.view = SearchView(total=total, stream=console)
+        for r in runs.trial_rows(client, parent, runs=children):  # a resumed search counts its past
+            if r.status != Status.RUNNING:
+                self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
+                                        r.best_val_accuracy or 0.0, r.baseline, r.knobs())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow client,
+        # console and live view belong to this process; --resume attaches a fresh tracker.
+        return {}
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        from mlflow.entities import RunStatus
+
+        baseline = bool(trial.config.get("baseline"))
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is not None and self.search_dir.finished(trial.trial_id) is not None:
+            self.replayed.add(trial.trial_id)  # its run is final already; the trainable replays it
+            return
+        if run_id is None:
+            index = int(trial.trial_id.rsplit("_", 1)[-1]) if "_" in trial.trial_id else len(self.runs)
+            run = self.client.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
+                                         tags={t.TAG_PARENT: self.parent, t.TAG_SEARCH_ID: self.search_id,
+                                               t.TAG_TRIAL_ID: trial.trial_id, t.TAG_KIND: t.KIND_TRIAL,
+                                               t.TAG_BASELINE: str(baseline).lower()})
+            run_id = self.runs[trial.trial_id] = run.info.run_id
+            t.log_batch(self.client, run_id, params=t.recipe_params(recipe_of(self.spec, trial.config).training_fields()))
+        else:  # resumed: the same run continues
+            self.client.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
+        self.client.set_tag(run_id, t.TAG_STATUS, Status.RUNNING.value)
+        self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        if result.get(FINAL) is False and trial.trial_id not in self.replayed:
+            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result))
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        if trial.trial_id in self.replayed:
+            return
+        last = trial.last_result or {}
+        if last.get(FINAL):
+            status = Status(last["status"])
+        else:
+            status = ended_by_scheduler(last.get("best_val_accuracy"), self.spec.target_accuracy,
+                                        last.get("train_seconds", 0.0), self.spec.budget.max_train_seconds)
+            if status == Status.REACHED:
+                last = {**last, "tta_seconds": last["train_seconds"]}
+        self._finish(trial, status, last, last.get("error") or None)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        message = "trial process failed"
+        if getattr(trial, "error_file", None) and Path(trial.error_file).exists():
+            lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
+            message = lines[-1] if lines else message
+        last = trial.last_result or {}
+        score = objective(Status.FAILED, None, None, self.spec.target_accuracy, self.spec.budget.max_train_seconds)
+        self._finish(trial, Status.FAILED, {**last, "objective": score}, message)
+
+    def _finish(self, trial, status: Status, last: dict[str, Any], error: str | None) -> None:
+        from mlflow.entities import RunStatus
+
+        run_id = self.runs[trial.trial_id]
+        best = last.get("best_val_accuracy", 0.0) or 0.0
+        tta = last.get("tta_seconds") if status == Status.REACHED else None
+        score = last.get("objective")  # the trainer's, valid as final at any moment
+        if score is None:  # ended before its first evaluation
+            score = objective(status, tta, best, self.spec.target_accuracy, self.spec.budget.max_train_seconds)
+        final = {"tta_seconds": tta, "best_val_accuracy": best, "wall_seconds": last.get("wall_seconds"),
+                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
+        tags = {t.TAG_STATUS: status.value}
+        if error:
+            tags[t.TAG_ERROR] = error[:500]
+        if last.get("duplicate_of"):
+            tags[t.TAG_DUPLICATE_OF] = last["duplicate_of"]
+        if last.get("environment"):
+            tags.update(t.environment_tags(json.loads(last["environment"])))
+        if last.get("applied"):
+            tags[t.TAG_APPLIED] = last["applied"]
+        t.log_batch(self.client, run_id, t.final_metrics(final, score), tags=tags)
+        recipe_yaml = last.get("recipe_yaml") or recipe_of(self.spec, trial.config).to_yaml()
+        self.client.log_text(run_id, recipe_yaml, "recipe.yaml")
+        terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
+        self.client.set_terminated(run_id, RunStatus.to_string(terminal))
+        self.search_dir.record_finished(trial.trial_id, {
+            FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, "best_val_accuracy": best,
+            "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)})
+        # Index the recipe's first outcome for later repeats; not a crash of the trial process,
+        # which says nothing about the recipe (only failures the trainer reported are indexed).
+        key = last.get("recipe_key")
+        if key and (status != Status.FAILED or last.get(FINAL)) and not last.get("duplicate_of"):
+            self.search_dir.record_recipe(key, {
+                "trial_id": trial.trial_id, "status": status.value, "tta_seconds": tta, "objective": score,
+                "best_val_accuracy": best, "val_accuracy": best, "error": error or "",
+                "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")})
+        self._progress(trial, status, tta, best, last.get("duplicate_of"))
+        self._count_errors(status, error)
+
+    def _progress(self, trial, status: Status, tta: float | None, best: float, duplicate_of: str | None) -> None:
+        baseline = bool(trial.config.get("baseline"))
+        label = "baseline" if baseline else trial.trial_id
+        if duplicate_of:
+            label += f" (repeats {duplicate_of}'s recipe: its result, not trained again)"
+        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, {} if baseline else trial.config)
+
+    def _count_errors(self, status: Status, error: str | None) -> None:
+        """The same error N trials in a row means the search is broken, not the recipes."""
+        if is_infeasible(status) and error:
+            self.errors_in_a_row.append(error)
+        else:
+            self.errors_in_a_row.clear()
+        n = self.spec.max_consecutive_errors
+        if len(self.errors_in_a_row) >= n and len({error_kind(e) for e in self.errors_in_a_row[-n:]}) == 1:
+            self.stop_reason = f"the last {n} trials failed with the same error: {self.errors_in_a_row[-1]}"
+
+
+def error_kind(error: str) -> str:
+    """An error's first line with its numbers masked: what makes two trials' errors 'the same'
+    (OOM sizes, step counts and addresses differ between trials)."""
+    return re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?", "#", error.strip().splitlines()[0] if error.strip() else "")

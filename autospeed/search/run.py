@@ -1,0 +1,291 @@
+"""The whole search, in one function: preflight, trials, confirmation, best.yaml, closing
+the parent run (DESIGN.md "Data flow"). The CLI and the experiments call `run_search`
+and only read its outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autospeed import runs
+from autospeed import tracking as t
+from autospeed.errors import UserError
+from autospeed.outcome import Status
+from autospeed.search import _ray
+from autospeed.search.storage import SearchDir, check_writable, latest_search_dir, search_root
+from autospeed.space import SearchSpec
+from autospeed.yamlio import write_atomic
+
+
+@dataclass
+class SearchOutcome:
+    """What a search ended with. `interrupted`: Ctrl-C or SIGTERM (exit 130); `stop_reason`:
+    the search stopped itself (the same error trial after trial, a crash; exit 1)."""
+
+    name: str
+    search_id: str
+    parent_run_id: str
+    search_dir: SearchDir
+    tracking_uri: str
+    rows: list[runs.TrialRow]
+    interrupted: bool
+    stop_reason: str | None
+    wall_seconds: float
+    confirmation: Any = None  # confirm.ConfirmOutcome, or None when confirmation did not run
+    confirmation_interrupted: bool = False
+    best_path: Path | None = None  # best.yaml in the search's folder (also logged on the parent run)
+
+    @property
+    def experiment_dir(self) -> Path:
+        return self.search_dir.path
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return runs.summary_metrics(self.rows)
+
+
+def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: int | None = None,
+               tracking_uri: str | None = None, storage_path: str | None = None, ray_address: str | None = None,
+               resume: bool = False, seed: int | None = None, verbose: bool = False,
+               console=sys.stdout) -> SearchOutcome:
+    """Run (or resume) a search to its end: every trial, the confirmation runs, best.yaml.
+
+    Returns when all of that is done or the search was interrupted; raises UserError /
+    RunFailure for what fails before any run is created.
+    """
+    wall_start = time.perf_counter()
+    uri = t.resolve_tracking_uri(tracking_uri)
+    client = t.connect(uri)
+    seed = spec.sampler.seed if seed is None else seed
+    root = search_root(storage_path, spec.name)
+    check_writable(root)
+
+    # ---- preflight: whatever can fail before training fails here, before any run is created ----
+    state = _resume_state(spec, storage_path, trials, space_path) if resume else None
+    total = state["trials"] if state else (trials or spec.budget.trials)
+    from autospeed.workloads import load_workload
+
+    try:  # the dataset is prepared once per search, before any trial (cached on disk)
+        load_workload(spec.workload, spec.workload_options)
+    except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
+        raise UserError(f"{space_path}: {e}") from None
+    _ray.quiet_ray()
+    _ray.start_ray(ray_address, verbose)
+    resources, concurrent, threads = _ray.trial_resources(
+        spec.resources.gpus_per_trial, spec.resources.cpus_per_trial, spec.resources.max_concurrent_trials)
+
+    if state is not None:
+        search_dir, search_id, parent_id = latest_search_dir(storage_path, spec.name), state["search_id"], state["parent_run_id"]
+        _reopen_parent(client, parent_id)
+    else:
+        search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        search_dir = SearchDir(root / search_id)
+        parent_id = _open_parent(client, spec, space_text, space_path, search_id, search_dir, total, seed)
+    print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, target {spec.target_accuracy}, "
+          f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
+
+    previous_sigint = signal.getsignal(signal.SIGINT)
+    previous_sigterm = sigterm_as_sigint()
+    outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
+    try:
+        outcome.interrupted, outcome.stop_reason = _trials(
+            spec, client, parent_id, search_id, search_dir, console, total=total, resources=resources,
+            concurrent=concurrent, threads=threads, seed=seed, resume=state is not None, verbose=verbose)
+        if previous_sigterm is not None:  # on the main thread, where handlers can be set
+            # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
+            signal.signal(signal.SIGINT, previous_sigint)
+        outcome.rows = runs.trial_rows(client, client.get_run(parent_id))
+        _kill_leftovers(client, outcome.rows)
+        print(file=console)
+        print(runs.format_leaderboard(outcome.rows), file=console, flush=True)
+        reached = outcome.summary[t.M_BEST_TTA] is not None
+        if reached and not outcome.interrupted and not outcome.stop_reason:
+            _confirm(spec, client, outcome, console)
+        if reached:
+            outcome.best_path = _write_best(client, spec.name, search_id, search_dir, parent_id)
+        trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
+        _close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
+    except BaseException as e:
+        # A crash or an interrupt outside the trials: leave no run claiming to be RUNNING.
+        killed = isinstance(e, KeyboardInterrupt)
+        _close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
+                      None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
+        raise
+    finally:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+            signal.signal(signal.SIGINT, previous_sigint)
+    outcome.wall_seconds = time.perf_counter() - wall_start
+    return outcome
+
+
+def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir, console, *,
+            total: int, resources: dict[str, float], concurrent: int, threads: int, seed: int, resume: bool,
+            verbose: bool) -> tuple[bool, str | None]:
+    """Every trial under Ray Tune. Returns (interrupted, stop reason)."""
+    from ray import tune
+
+    from autospeed.search.callback import TrialTracker
+    from autospeed.search.trainable import trainable
+    from autospeed.search.tuner import build_tuner
+
+    tracker = TrialTracker(client, parent_id, search_id, spec, total, console, search_dir)
+    bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec.model_dump_json(), threads=threads,
+                                                     search_dir=str(search_dir.path)), resources)
+    interrupted = False
+    try:
+        tuner = build_tuner(spec, bound, search_dir, tracker, trials=total, concurrent=concurrent, seed=seed,
+                            resume=resume, verbose=verbose)
+        tuner.fit()  # on Ctrl-C/SIGTERM Tune stops the trials, saves the experiment and returns
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        tracker.view.close()
+    rows = runs.trial_rows(client, client.get_run(parent_id))
+    unfinished = len(rows) < total or any(r.status == Status.RUNNING for r in rows)
+    return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason
+
+
+def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
+    """Confirmation runs (skipped when a resumed search had confirmed already)."""
+    from autospeed.search.confirm import format_confirmation, run_confirmation
+
+    if t.M_CONFIRM_REPEATS in client.get_run(outcome.parent_run_id).data.metrics:
+        return
+    try:
+        outcome.confirmation = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id,
+                                                console=console)
+    except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
+        outcome.interrupted = outcome.confirmation_interrupted = True
+        print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
+        return
+    if outcome.confirmation is not None:
+        print(file=console)
+        print(format_confirmation(outcome.confirmation), file=console, flush=True)
+
+
+def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent_id: str) -> Path:
+    from autospeed.export import best_recipe_yaml
+
+    text, _ = best_recipe_yaml(client, name, search_id)  # this search's, not a same-named one's
+    path = write_atomic(search_dir.best_yaml, text)
+    with t.interrupts_held():
+        client.log_artifact(parent_id, str(path))
+    return path
+
+
+# ---------------------------------------------------------------- the parent run
+def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None, space_path: str) -> dict[str, Any]:
+    folder = latest_search_dir(storage_path, spec.name)
+    if folder is None:
+        raise UserError(f"--resume: no earlier search named '{spec.name}' under "
+                        f"{search_root(storage_path, spec.name)}; run without --resume")
+    state = folder.read_state()
+    changed = _changed_keys(state["spec"], spec.model_dump(mode="json"))
+    if changed:
+        raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
+                        f"restore those keys to resume, or start a new search without --resume")
+    if trials is not None and trials != state["trials"]:
+        raise UserError(f"--trials: the search '{spec.name}' started with {state['trials']} trials and resumes "
+                        f"with that count; drop --trials, or start a new search without --resume")
+    return state
+
+
+def _open_parent(client, spec: SearchSpec, space_text: str, space_path: str, search_id: str, search_dir: SearchDir,
+                 total: int, seed: int) -> str:
+    search_dir.path.mkdir(parents=True)
+    parent = client.create_run(t.experiment_id(client, spec.name), run_name=f"search-{search_id}",
+                               tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id,
+                                     t.TAG_EXPERIMENT_DIR: str(search_dir.path)})
+    parent_id = parent.info.run_id
+    spec_dump = spec.model_dump(mode="json")
+    flat = {**_flatten(spec_dump), "trials": total, "sampler.seed": seed}
+    t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items()})
+    client.log_text(parent_id, space_text, Path(space_path).name)
+    search_dir.write_state({"search_id": search_id, "parent_run_id": parent_id, "name": spec.name,
+                            "space_path": str(space_path), "spec": spec_dump, "trials": total, "seed": seed})
+    return parent_id
+
+
+def _reopen_parent(client, parent_id: str) -> None:
+    """A resumed search: the parent runs again; runs the dead process left RUNNING become KILLED
+    (a trial Tune resumes reopens its own run in on_trial_start)."""
+    from mlflow.entities import RunStatus
+
+    client.update_run(parent_id, RunStatus.to_string(RunStatus.RUNNING))
+    _kill_leftovers(client, runs.trial_rows(client, client.get_run(parent_id)))
+
+
+def _kill_leftovers(client, rows: list[runs.TrialRow]) -> None:
+    """Child runs left RUNNING (a killed trial) are marked KILLED, never left lying."""
+    for r in rows:
+        if r.status == Status.RUNNING:
+            t.mark_killed(client, r.run_id)
+            r.status = Status.KILLED.value
+
+
+def _close_parent(client, parent_id: str, rows: list[runs.TrialRow], killed: bool,
+                  stop_reason: str | None) -> None:
+    """Summary metrics and leaderboard on the parent; KILLED when the trials were interrupted,
+    FAILED when the search stopped itself, else FINISHED (also when only the confirmation was
+    interrupted: every trial stands, and --resume confirms)."""
+    from mlflow.entities import RunStatus
+
+    _kill_leftovers(client, rows)
+    summary = runs.summary_metrics(rows)
+    with t.interrupts_held():
+        t.log_batch(client, parent_id, t.metrics({k: v for k, v in summary.items() if v is not None}),
+                    tags={t.TAG_ERROR: stop_reason[:500]} if stop_reason else None)
+        client.log_text(parent_id, runs.leaderboard_csv(rows), "leaderboard.csv")
+        status = RunStatus.KILLED if killed else RunStatus.FAILED if stop_reason else RunStatus.FINISHED
+        client.set_terminated(parent_id, RunStatus.to_string(status))
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changed_keys(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and prefix.count(".") < 1 and k != "workload_options":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, (dict, list)) else v
+    return out
+
+
+def sigterm_as_sigint():
+    """Make SIGTERM (`kill`, a scheduler's stop) end a search the way Ctrl-C does.
+
+    Inside tuner.fit() Ray Tune's own SIGINT handler stops the trials, saves the
+    experiment and returns; elsewhere SIGINT raises KeyboardInterrupt. SIGTERM calls
+    whichever SIGINT handler is current. Returns the previous handler (None when
+    not on the main thread, where signals cannot be set).
+    """
+
+    def forward(signum, frame):
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, forward)
+    except ValueError:
+        return None

@@ -1,0 +1,101 @@
+"""The search's own files on disk, under the storage path.
+
+    <storage_path>/<name>/<search_id>/                  Ray Tune experiment (Tuner.restore reads it)
+    <storage_path>/<name>/<search_id>/optuna.db         Optuna study (optuna.load_study / optuna-dashboard)
+    <storage_path>/<name>/<search_id>/autospeed_search.json   search id, parent run, space, trials, seed
+    <storage_path>/<name>/<search_id>/finished/<trial id>.json  ledger: trials whose MLflow run is final
+    <storage_path>/<name>/<search_id>/recipes/<recipe key>.json the first trial of each recipe, its result
+    <storage_path>/<name>/<search_id>/best.yaml         the search's best recipe (as `autospeed export`)
+
+Trials read the ledger and the recipe index, so on a cluster the storage path must be
+one that every node sees (DESIGN.md "Scale-out").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autospeed.errors import RunFailure
+from autospeed.yamlio import write_atomic
+
+DEFAULT_STORAGE = "autospeed_results"
+STATE_FILE = "autospeed_search.json"
+
+
+def search_root(storage_path: str | None, name: str) -> Path:
+    """The folder holding every search named `name`."""
+    return Path(storage_path or DEFAULT_STORAGE).expanduser().resolve() / name
+
+
+def check_writable(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise RunFailure(f"--storage-path: cannot write to {root} ({e.strerror}); pick a writable folder") from None
+
+
+def recipe_key(training_fields: dict[str, Any]) -> str:
+    """Identity of a recipe: every training field (seed included), hashed."""
+    return hashlib.sha256(json.dumps(training_fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class SearchDir:
+    """One search's folder and the files in it."""
+
+    path: Path
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / STATE_FILE
+
+    @property
+    def optuna_url(self) -> str:
+        return f"sqlite:///{self.path / 'optuna.db'}"
+
+    @property
+    def best_yaml(self) -> Path:
+        return self.path / "best.yaml"
+
+    def read_state(self) -> dict[str, Any]:
+        return json.loads(self.state_file.read_text())
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        write_atomic(self.state_file, json.dumps(state, indent=2))
+
+    # ---- the ledger: one JSON per trial whose MLflow run is final ----
+    def ledger(self, trial_id: str) -> Path:
+        return self.path / "finished" / f"{trial_id}.json"
+
+    def finished(self, trial_id: str) -> dict[str, Any] | None:
+        path = self.ledger(trial_id)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def record_finished(self, trial_id: str, final_report: dict[str, Any]) -> None:
+        write_atomic(self.ledger(trial_id), json.dumps(final_report))
+
+    # ---- the recipe index: the first trial of each recipe and its outcome ----
+    def _recipe_file(self, key: str) -> Path:
+        return self.path / "recipes" / f"{key}.json"
+
+    def first_of_recipe(self, key: str) -> dict[str, Any] | None:
+        path = self._recipe_file(key)
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def record_recipe(self, key: str, outcome: dict[str, Any]) -> None:
+        if not self._recipe_file(key).exists():
+            write_atomic(self._recipe_file(key), json.dumps(outcome))
+
+
+def latest_search_dir(storage_path: str | None, name: str) -> SearchDir | None:
+    """The most recently started search named `name` under the storage path."""
+    states = sorted(search_root(storage_path, name).glob(f"*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime)
+    return SearchDir(states[-1].parent) if states else None

@@ -1,0 +1,75 @@
+"""The thin Ray adapter: a trial's config -> Recipe -> trainer; evaluations -> tune.report.
+
+Every report carries `objective`, valid as a final value at any moment (DESIGN.md "The
+objective Optuna sees"): ASHA may stop the trial after any of them, and Tune then hands
+the last one to Optuna. The last report of a trial that ended on its own has `final: True`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autospeed.search.storage import SearchDir, recipe_key
+from autospeed.space import SearchSpec
+
+FINAL = "final"  # key of the last report of a trial that ended on its own
+
+_WORKLOADS: dict[str, Any] = {}  # per actor process: reused actors skip even the memory-mapped load
+
+
+def recipe_of(spec: SearchSpec, config: dict[str, Any]):
+    """The recipe a trial's config stands for: the baseline (trial 0) or the sampled knobs."""
+    params = {k: v for k, v in config.items() if k != "baseline"}
+    return spec.recipe_for(params, baseline=config.get("baseline", False))
+
+
+def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: str) -> None:
+    from ray import tune
+
+    folder = SearchDir(Path(search_dir))
+    done = folder.finished(tune.get_context().get_trial_id())
+    if done is not None:
+        # Finished (and recorded in MLflow) before a kill that beat Tune's state save:
+        # hand Tune the recorded outcome instead of training it again.
+        tune.report(done)
+        return
+
+    from autospeed.trainer import train
+    from autospeed.workloads import load_workload
+
+    spec = SearchSpec.model_validate_json(spec_json)
+    recipe = recipe_of(spec, config)
+    key = recipe_key(recipe.training_fields())
+    first = folder.first_of_recipe(key)
+    if first is not None:
+        # The sampler proposed a recipe this search already trained (TPE does on discrete
+        # spaces): hand back that result instead of spending the compute again.
+        tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": key,
+                     "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
+        return
+
+    data_key = json.dumps([recipe.workload, recipe.workload_options], sort_keys=True)
+    if data_key not in _WORKLOADS:
+        _WORKLOADS.clear()
+        _WORKLOADS[data_key] = load_workload(recipe.workload, recipe.workload_options)
+
+    def on_eval(e) -> None:
+        tune.report({
+            "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds, "wall_seconds": e.wall_seconds,
+            "val_accuracy": e.val_accuracy, "best_val_accuracy": e.best_val_accuracy, "train_loss": e.train_loss,
+            "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
+            # an ASHA-stopped trial never sends the final report: its run takes these from here
+            "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": key,
+        })
+
+    r = train(recipe, _WORKLOADS[data_key], on_eval=on_eval, num_threads=threads)
+    tune.report({
+        FINAL: True, "status": r.status.value, "step": r.steps, "train_seconds": r.train_seconds,
+        "val_accuracy": r.best_val_accuracy, "best_val_accuracy": r.best_val_accuracy,
+        "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
+        "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
+        "error": r.error or "", "applied": json.dumps(r.applied), "environment": json.dumps(r.environment),
+        "recipe_yaml": recipe.to_yaml(), "recipe_key": key,
+    })

@@ -1,0 +1,102 @@
+"""The Ray Tune set-up of a search: Optuna's sampler, ASHA, the stopper, the Tuner itself."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from ray import tune
+from ray.tune import Stopper
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+from autospeed.search import _ray
+from autospeed.search.storage import SearchDir
+from autospeed.space import SearchSpec
+
+OBJECTIVE = "objective"  # every report carries it, minimised (outcome.objective)
+
+
+def make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurrent: int, seed: int):
+    """Ray's OptunaSearch over the space's define-by-run function, with its study in `storage_url`."""
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if spec.sampler.kind == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # group=True, always: the baseline (study trial 0) samples no parameters, and plain
+            # multivariate TPE models only the parameters *every* trial has, so that one empty
+            # trial made it sample each knob independently (univariate) for the whole search.
+            # The grouped search space skips it, and also covers conditional parameters.
+            sampler = optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=spec.sampler.n_startup_trials, multivariate=True,
+                group=True, constant_liar=concurrent > 1)
+    storage = optuna.storages.RDBStorage(storage_url)
+    return OptunaSearch(space=spec.define_by_run, metric=OBJECTIVE, mode="min", sampler=sampler,
+                        study_name=study_name, storage=storage)
+
+
+class BaselineKeepingASHA(ASHAScheduler):
+    """ASHA on the train clock that records the baseline at every rung but never stops it:
+    the speed-up needs the baseline's full TTA as its reference."""
+
+    def __init__(self, *, max_t: float, **kwargs):
+        super().__init__(max_t=max_t, **kwargs)
+        self.max_train_seconds = max_t
+
+    def on_trial_result(self, tune_controller, trial, result):
+        decision = super().on_trial_result(tune_controller, trial, result)
+        if trial.config.get("baseline") and result.get("train_seconds", 0.0) < self.max_train_seconds:
+            return TrialScheduler.CONTINUE
+        return decision
+
+
+def make_scheduler(spec: SearchSpec) -> TrialScheduler:
+    if not spec.asha.enabled:
+        return FIFOScheduler()
+    return BaselineKeepingASHA(time_attr="train_seconds", metric="val_accuracy", mode="max",
+                               max_t=spec.budget.max_train_seconds, grace_period=spec.asha.grace_seconds,
+                               reduction_factor=spec.asha.reduction_factor)
+
+
+class ErrorStreakStopper(Stopper):
+    """Ends the whole search when the tracking callback has seen the same error too many
+    trials in a row (callback.stop_reason): the search is broken, not the recipes.
+
+    Tune pickles its stopper into the experiment state; the callback pickles to nothing,
+    and a resumed search attaches this process's stopper and callback (_ray.reattach).
+    """
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return getattr(self.callback, "stop_reason", None) is not None
+
+
+def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *, trials: int, concurrent: int,
+                seed: int, resume: bool, verbose: bool) -> tune.Tuner:
+    """A new Tuner, or the search's own restored from its experiment state (`Tuner.restore`)."""
+    stopper = ErrorStreakStopper(callback)
+    if resume and tune.Tuner.can_restore(str(search_dir.path)):
+        tuner = tune.Tuner.restore(str(search_dir.path), trainable=trainable, resume_unfinished=True,
+                                   resume_errored=False, restart_errored=False)
+        _ray.reattach(tuner, [callback], stopper, verbose)
+        return tuner
+    searcher = make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed)
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec), num_samples=trials,
+                                    max_concurrent_trials=concurrent, reuse_actors=True),
+        run_config=tune.RunConfig(name=search_dir.path.name, storage_path=str(Path(search_dir.path).parent),
+                                  verbose=2 if verbose else 0, callbacks=[callback], stop=stopper,
+                                  # a trial never retries: its failures are results (an OOM repeats)
+                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+    )

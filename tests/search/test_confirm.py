@@ -1,0 +1,136 @@
+"""Confirmation runs end to end: a tiny CPU search with confirm repeats, its MLflow
+child runs, the exported `measured` section, and the environment warning of
+`autospeed train` (DESIGN.md "Confirmation runs", "Exported recipe")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autospeed import tracking as t
+from autospeed.confirm import Candidate, _decide
+from autospeed.recipe import Recipe
+
+REPEATS, TOP_K = 2, 1
+
+SPACE = f"""
+name: confirm-test
+workload: digits
+target_accuracy: 0.9
+budget: {{trials: 3, max_train_seconds: 10}}
+asha: {{enabled: false}}  # every trial runs to the target: the test needs reached trials
+sampler: {{seed: 0, n_startup_trials: 2}}
+confirm: {{top_k: {TOP_K}, repeats: {REPEATS}}}
+resources: {{gpus_per_trial: 0}}
+baseline: {{batch_size: 32, optimizer: sgd, lr: 0.05, schedule: constant, precision: fp32, compile: none}}
+fixed: {{epochs: 30, eval_every_epochs: 1}}
+space:
+  batch_size: {{choice: [16, 32]}}
+  lr: {{loguniform: [0.05, 0.2]}}
+"""
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=cwd, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """(folder, tracking uri, search stdout) of one finished search with confirmation runs."""
+    folder = tmp_path_factory.mktemp("confirm")
+    (folder / "space.yaml").write_text(SPACE)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    proc = _cli("search", "--space", "space.yaml", "--tracking-uri", uri, "--storage-path", str(folder / "runs"),
+                cwd=folder)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder, uri, proc.stdout
+
+
+def _runs(uri: str, kind: str) -> list:
+    client = t.connect(uri)
+    exp = client.get_experiment_by_name("confirm-test")
+    return client.search_runs([exp.experiment_id], f"tags.`{t.TAG_KIND}` = '{kind}'")
+
+
+def test_confirm_runs_are_child_runs_interleaved(searched):
+    folder, uri, _ = searched
+    parent = _runs(uri, t.KIND_SEARCH)[0]
+    confirm = _runs(uri, t.KIND_CONFIRM)
+    assert len(confirm) == (TOP_K + 1) * REPEATS
+    trial_ids = {r.data.tags[t.TAG_TRIAL_ID] for r in _runs(uri, t.KIND_TRIAL)}
+    for run in confirm:
+        tags = run.data.tags
+        assert tags[t.TAG_PARENT] == parent.info.run_id
+        assert tags[t.TAG_SEARCH_ID] == parent.data.tags[t.TAG_SEARCH_ID]
+        assert tags[t.TAG_TRIAL_ID] in trial_ids
+        assert tags[t.TAG_STATUS] in ("reached", "not_reached")
+        assert "batch_size" in run.data.params and "seed" in run.data.params
+        assert t.M_BEST_VAL_ACCURACY in run.data.metrics
+    assert sum(r.data.tags[t.TAG_BASELINE] == "true" for r in confirm) == REPEATS
+    # new seeds, one per repeat, never the search's seed
+    assert {r.data.params["seed"] for r in confirm} == {str(1000 + i) for i in range(REPEATS)}
+    # interleaved: A B A B, by start time
+    order = [r.data.tags[t.TAG_TRIAL_ID] for r in sorted(confirm, key=lambda r: r.info.start_time)]
+    assert order[:TOP_K + 1] == order[TOP_K + 1:2 * (TOP_K + 1)]
+
+
+def test_export_measured_has_confirmation(searched):
+    folder, uri, stdout = searched
+    assert "confirmed best" in stdout and "median TTA" in stdout
+    out = folder / "best.yaml"
+    proc = _cli("export", "--name", "confirm-test", "--tracking-uri", uri, "--out", str(out), cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    measured = yaml.safe_load(out.read_text())["measured"]
+    assert measured["repeats"] == REPEATS
+    assert measured["tta_seconds_min"] <= measured["tta_seconds_median"] <= measured["tta_seconds_max"]
+    assert measured["baseline_tta_seconds_median"] > 0
+    assert measured["speedup_vs_baseline"] == pytest.approx(
+        measured["baseline_tta_seconds_median"] / measured["tta_seconds_median"])
+    parent = _runs(uri, t.KIND_SEARCH)[0]
+    assert measured["trial_id"] == parent.data.tags["autospeed.confirmed_best_trial"]
+    assert measured["environment"]["device"] == "cpu"
+
+
+def test_train_warns_when_measured_elsewhere(searched):
+    folder, uri, _ = searched
+    best = folder / "best.yaml"
+    if not best.exists():
+        assert _cli("export", "--name", "confirm-test", "--tracking-uri", uri, "--out", str(best),
+                    cwd=folder).returncode == 0
+    same = _cli("train", "--config", str(best), "--no-track", cwd=folder)
+    assert same.returncode == 0, same.stderr
+    assert "measured elsewhere" not in same.stderr
+
+    data = yaml.safe_load(best.read_text())
+    data["measured"]["environment"]["device_name"] = "Imaginary Accelerator 9000"
+    moved = folder / "moved.yaml"
+    moved.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = _cli("train", "--config", str(moved), "--no-track", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" in proc.stderr and "measured elsewhere" in proc.stderr
+    assert "device_name: Imaginary Accelerator 9000 ->" in proc.stderr
+
+
+def _cand(trial_id: str, ttas, baseline=False) -> Candidate:
+    return Candidate(trial_id, baseline, None, Recipe(), ttas=list(ttas))
+
+
+def test_winner_decided_on_median_not_best_single_run():
+    lucky = _cand("lucky", [1.0, 5.0, 5.0])  # best single run, worse median
+    steady = _cand("steady", [2.0, 2.1, 2.2])
+    base = _cand("base", [8.0, None, 9.0], baseline=True)  # one miss counts as slowest
+    out = _decide([lucky, steady, base], 3)
+    assert out.winner is steady
+    assert base.median == 9.0
+    assert out.speedup == pytest.approx(9.0 / 2.1)
+
+
+def test_median_missing_when_most_runs_miss_target():
+    c = _cand("x", [None, None, 3.0])
+    assert c.median is None and c.reached == [3.0]

@@ -1,0 +1,291 @@
+"""The search through the CLI, in a temporary folder, against real Ray, Optuna and MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autospeed.results import objective
+
+SMOKE = Path(__file__).resolve().parents[1] / "search_spaces" / "smoke.yaml"
+
+
+def autospeed(*args, cwd, timeout=300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def write_space(folder: Path, **overrides) -> Path:
+    space = yaml.safe_load(SMOKE.read_text())
+    for key, value in overrides.items():
+        space[key] = value
+    path = folder / "space.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return path
+
+
+def client_for(folder: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+
+
+def runs_of(folder: Path, name: str):
+    client = client_for(folder)
+    exp = client.get_experiment_by_name(name)
+    return client.search_runs([exp.experiment_id], max_results=1000)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One real smoke search whose space makes ASHA stop the slow learners."""
+    folder = tmp_path_factory.mktemp("smoke")
+    space = write_space(
+        folder, name="smoke-test", budget={"trials": 6, "max_train_seconds": 6},
+        asha={"grace_seconds": 0.1, "reduction_factor": 2},
+        space={"batch_size": {"choice": [32, 64]},
+               "lr": {"loguniform": [0.00001, 0.3]},  # the low end learns far too slowly: ASHA stops it
+               "schedule": {"choice": ["constant", "cosine"]}},
+    )
+    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
+                     "--storage-path", str(folder / "runs"), cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    return folder, proc
+
+
+def test_search_logs_parent_and_one_child_per_trial(smoke):
+    folder, proc = smoke
+    runs = runs_of(folder, "smoke-test")
+    parents = [r for r in runs if r.data.tags.get("autospeed.kind") == "search"]
+    trials = [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"]
+    assert len(parents) == 1
+    parent = parents[0]
+    search_id = parent.data.tags["autospeed.search_id"]
+    assert parent.info.status == "FINISHED"
+    assert (Path(parent.data.tags["autospeed.experiment_dir"]) / "optuna.db").exists()  # report finds the study
+    assert len(trials) == 6
+    assert len({r.data.tags["autospeed.trial_id"] for r in trials}) == 6
+    for run in trials:
+        tags, metrics = run.data.tags, run.data.metrics
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["autospeed.search_id"] == search_id
+        assert tags["autospeed.status"] in ("reached", "not_reached", "stopped_early")
+        assert tags["autospeed.baseline"] in ("true", "false")
+        for name in ("best_val_accuracy", "objective", "val_accuracy", "train_seconds", "samples_per_second",
+                     "train_loss", "wall_seconds", "compile_seconds", "peak_memory_mb"):  # ASHA-stopped ones too
+            assert name in metrics, name
+        assert ("tta_seconds" in metrics) == (tags["autospeed.status"] == "reached")
+        assert {"batch_size", "lr", "schedule", "precision", "compile", "target_accuracy"} <= set(run.data.params)
+    # The baseline is trial 0 with the file's baseline recipe.
+    baseline = [r for r in trials if r.data.tags["autospeed.baseline"] == "true"]
+    assert len(baseline) == 1
+    assert baseline[0].data.params["batch_size"] == "16" and baseline[0].data.params["lr"] == "0.01"
+    assert min(trials, key=lambda r: r.info.start_time) is baseline[0]
+    # Parent metrics and the leaderboard the user sees.
+    assert parent.data.metrics["trials_total"] == 6
+    assert "best_tta_seconds" in parent.data.metrics
+    assert "baseline" in proc.stdout and "best recipe:" in proc.stdout and "mlflow ui" in proc.stdout
+
+
+def test_asha_stops_a_slow_learner(smoke):
+    folder, _ = smoke
+    statuses = [r.data.tags["autospeed.status"] for r in runs_of(folder, "smoke-test")
+                if r.data.tags.get("autospeed.kind") == "trial"]
+    assert "stopped_early" in statuses
+
+
+def test_objective_orders_reached_not_reached_infeasible(smoke):
+    budget, target = 3.0, 0.95
+    reached = [objective("reached", tta, 0.96, target, budget) for tta in (0.1, 2.9, 3.0)]
+    not_reached = [objective("not_reached", None, acc, target, budget) for acc in (0.949, 0.5, 0.0)]
+    infeasible = [objective(s, None, 0.9, target, budget) for s in ("oom", "diverged", "failed")]
+    assert max(reached) < min(not_reached) <= max(not_reached) < min(infeasible)
+    assert not_reached[0] < not_reached[1] < not_reached[2]  # closer to target is better
+    # The same order holds for what the search logged.
+    folder, _ = smoke
+    trials = [r for r in runs_of(folder, "smoke-test") if r.data.tags.get("autospeed.kind") == "trial"]
+    done = [r.data.metrics["objective"] for r in trials if r.data.tags["autospeed.status"] == "reached"]
+    rest = [r.data.metrics["objective"] for r in trials if r.data.tags["autospeed.status"] != "reached"]
+    if done and rest:
+        assert max(done) < min(rest)
+
+
+def test_optuna_study_is_readable(smoke):
+    import optuna
+
+    folder, _ = smoke
+    (db,) = (folder / "runs" / "smoke-test").glob("*/optuna.db")
+    study = optuna.load_study(study_name="smoke-test", storage=f"sqlite:///{db}")
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(study.trials) == 6 and len(finished) == 6
+    assert study.trials[0].user_attrs.get("baseline") is True
+    assert all("lr" in t.params for t in study.trials[1:])
+    assert study.best_value > 0
+
+
+def test_export_then_train_round_trips(smoke):
+    folder, _ = smoke
+    out = folder / "best.yaml"
+    proc = autospeed("export", "--name", "smoke-test", "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
+                     "--out", str(out), cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    best = yaml.safe_load(out.read_text())
+    m = best["measured"]
+    assert m["search_name"] == "smoke-test" and m["tta_seconds"] > 0
+    assert m["environment"]["device"] == "cpu"
+    trial = next(r for r in runs_of(folder, "smoke-test") if r.data.tags.get("autospeed.trial_id") == m["trial_id"])
+    assert trial.data.tags["autospeed.status"] == "reached"
+    assert float(trial.data.params["lr"]) == pytest.approx(best["lr"])
+    proc = autospeed("train", "--config", str(out), "--no-track", "--json", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] in ("reached", "not_reached")
+    assert result["applied"]["device"] == "cpu"
+
+
+def test_export_without_a_reached_trial_exits_1(tmp_path):
+    space = write_space(tmp_path, name="hopeless", target_accuracy=1.0,
+                        budget={"trials": 2, "max_train_seconds": 0.3})
+    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                     "--storage-path", str(tmp_path / "runs"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "no trial reached the target" in proc.stdout
+    proc = autospeed("export", "--name", "hopeless", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                     "--out", str(tmp_path / "best.yaml"), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "no trial that reached" in proc.stderr
+    assert not (tmp_path / "best.yaml").exists()
+
+
+def test_sigkill_then_resume_finishes_every_trial_once(tmp_path):
+    space = write_space(tmp_path, name="killed", budget={"trials": 6, "max_train_seconds": 2},
+                        fixed={"epochs": 30, "eval_every_epochs": 1})
+    args = ["search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+            "--storage-path", str(tmp_path / "runs")]
+    proc = subprocess.Popen([sys.executable, "-m", "autospeed", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    finished_lines = 0
+    deadline = time.time() + 240
+    for line in proc.stdout:  # "[k/6] ..." per finished trial
+        if line.startswith("[") and "/6]" in line:
+            finished_lines += 1
+            if finished_lines == 2:
+                break
+        assert time.time() < deadline, "search made no progress"
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and every Ray process it started
+    proc.wait(timeout=30)
+
+    before = {r.data.tags["autospeed.trial_id"]: r for r in runs_of(tmp_path, "killed")
+              if r.data.tags.get("autospeed.kind") == "trial"}
+    done_before = {tid for tid, r in before.items() if r.info.status in ("FINISHED", "FAILED")}
+    assert len(done_before) >= 2
+
+    resumed = autospeed(*args, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    runs = runs_of(tmp_path, "killed")
+    parents = [r for r in runs if r.data.tags.get("autospeed.kind") == "search"]
+    trials = [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    trial_ids = [r.data.tags["autospeed.trial_id"] for r in trials]
+    assert len(trial_ids) == len(set(trial_ids)) == 6
+    after = {r.data.tags["autospeed.trial_id"]: r for r in trials}
+    for tid in done_before:  # finished trials were kept, not re-run
+        assert after[tid].info.run_id == before[tid].info.run_id
+        assert after[tid].info.end_time == before[tid].info.end_time
+    assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in trials)
+
+
+def test_a_repeated_recipe_takes_the_first_result_without_training_again(tmp_path):
+    # Two recipes and six trials: the sampler must propose some recipe twice.
+    space = write_space(tmp_path, name="repeats", budget={"trials": 6, "max_train_seconds": 3},
+                        sampler={"kind": "random", "seed": 0},
+                        space={"batch_size": {"choice": [32, 64]}}, fixed={"epochs": 30, "eval_every_epochs": 1})
+    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                     "--storage-path", str(tmp_path / "runs"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    client = client_for(tmp_path)
+    trials = [r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "trial"]
+    assert len(trials) == 6
+    by_id = {r.data.tags["autospeed.trial_id"]: r for r in trials}
+    repeats = [r for r in trials if "autospeed.duplicate_of" in r.data.tags]
+    assert len(repeats) >= 3  # baseline (16) + at most one first run each of 32 and 64
+    for r in repeats:
+        first = by_id[r.data.tags["autospeed.duplicate_of"]]
+        assert "autospeed.duplicate_of" not in first.data.tags
+        assert r.data.params["batch_size"] == first.data.params["batch_size"]
+        assert r.data.tags["autospeed.status"] == first.data.tags["autospeed.status"]
+        assert r.data.metrics["objective"] == first.data.metrics["objective"]
+        assert client.get_metric_history(r.info.run_id, "val_accuracy") == []  # not trained again
+    parent = next(r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "search")
+    assert parent.data.metrics["trials_duplicate"] == len(repeats)
+    assert parent.data.metrics["trials_total"] == 6
+
+
+def test_validate_reports_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    space = yaml.safe_load(SMOKE.read_text())
+    space["space"]["lr"] = {"loguniform": [0.5, 0.01]}
+    bad.write_text(yaml.safe_dump(space))
+    proc = autospeed("validate", "--space", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert str(bad) in proc.stderr and "space.lr" in proc.stderr and "low < high" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    ok = autospeed("validate", "--space", str(SMOKE), cwd=tmp_path)
+    assert ok.returncode == 0 and "ok" in ok.stdout
+
+
+def test_ray_snapshot_race_traceback_is_dropped_and_real_failures_kept():
+    """Ray Tune 2.60 races its own snapshot copy against the next snapshot's temp file
+    (seen in CI: a FileNotFoundError traceback on stderr of a search that was fine)."""
+    import logging
+
+    from autospeed.search import _quiet_ray
+
+    _quiet_ray()
+    logger = logging.getLogger("ray.tune.execution.experiment_state")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    logger.addHandler(handler)
+    try:
+        for exc in (FileNotFoundError(2, "Failed to open local file '/tmp/ray/x/driver_artifacts/"
+                                         ".fc86-tmp-searcher-state-2026.pkl'"),
+                    PermissionError(13, "Permission denied: '/store/faults/experiment_state.json'")):
+            try:
+                raise exc
+            except OSError:
+                logger.error("Saving experiment state to storage at '/store' failed with exception: ", exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+    assert [type(r.exc_info[1]) for r in seen] == [PermissionError]
+
+
+def test_tpe_models_the_knobs_jointly_after_the_baseline_trial(tmp_path):
+    """The baseline is study trial 0 and samples no parameters; TPE must still model
+    every knob jointly (multivariate) instead of each one on its own."""
+    import optuna
+
+    from autospeed.search import _make_searcher
+    from autospeed.space import spec_from_dict
+
+    data = yaml.safe_load(SMOKE.read_text())
+    data["space"] = {"batch_size": {"choice": [32, 64, 128]}, "lr": {"loguniform": [0.001, 0.3]},
+                     "schedule": {"choice": ["constant", "cosine"]}}
+    spec = spec_from_dict(data, "space.yaml")
+    sampler = _make_searcher(spec, f"sqlite:///{tmp_path / 'optuna.db'}", "s", concurrent=1, seed=0)._sampler
+    study = optuna.create_study(sampler=sampler)
+    for i in range(spec.sampler.n_startup_trials + 3):
+        trial = study.ask()
+        spec.define_by_run(trial)
+        study.tell(trial, 5.0 if i == 0 else float(i))
+    trial = study.ask()
+    assert set(sampler.infer_relative_search_space(study, trial)) >= {"batch_size", "lr", "schedule"}
