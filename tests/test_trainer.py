@@ -99,9 +99,32 @@ def test_autocast_and_scaler_are_recorded(digits):
     assert (fp32.applied["autocast"], fp32.applied["grad_scaler"]) == ("none", False)
 
 
-def test_activation_checkpointing_applies_to_a_model_with_checkpoint_blocks(digits):
-    assert train(recipe(activation_checkpointing=True, epochs=1), digits).applied["activation_checkpointing"] is True
-    assert train(recipe(activation_checkpointing=False, epochs=1), digits).applied["activation_checkpointing"] is False
+def test_activation_checkpointing_recomputes_the_blocks_in_backward_and_keeps_the_maths(digits):
+    """Checkpointed blocks run their forward twice per micro-step (once more in the backward
+    pass), and training ends with the same parameters as without checkpointing."""
+    def run(checkpointing: bool):
+        workload, built = capture_model(digits)
+        calls = []
+
+        def build():
+            model = workload.build_model()
+            for block in model.checkpoint_blocks:
+                # a pre-hook: the recompute stops early, inside the forward, once it has what backward needs
+                block.register_forward_pre_hook(lambda module, args: calls.append(module.training))
+            return model
+
+        result = train(recipe(activation_checkpointing=checkpointing, epochs=1, eval_every_epochs=1,
+                              target_accuracy=0.999), dataclasses.replace(workload, build_model=build))
+        return result, sum(calls), built[-1]
+
+    plain, plain_calls, plain_model = run(False)
+    ckpt, ckpt_calls, ckpt_model = run(True)
+    assert (plain.applied["activation_checkpointing"], ckpt.applied["activation_checkpointing"]) == (False, True)
+    assert plain.steps == ckpt.steps > 0
+    blocks = len(plain_model.checkpoint_blocks)
+    assert plain_calls == blocks * plain.steps and ckpt_calls == 2 * blocks * ckpt.steps
+    for a, b in zip(plain_model.parameters(), ckpt_model.parameters()):
+        torch.testing.assert_close(a, b)
 
 
 def test_compile_default_trains_and_reports_compile_seconds(digits):

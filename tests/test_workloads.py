@@ -25,18 +25,25 @@ def test_autospeed_workloads_lists_the_builtins_one_line_each(run_cli):
 
 
 def test_mnist1d_is_generated_once_and_then_read_from_the_cache(dataset_cache):
+    import numpy as np
+
     options = {"num_samples": 500, "seed": 7}  # a size no other test asks for
     before = set(dataset_cache.iterdir())
     first = load_workload("mnist1d", options)
-    after_first = set(dataset_cache.iterdir())
-    second = load_workload("mnist1d", options)
-
-    created = after_first - before
+    created = set(dataset_cache.iterdir()) - before
     assert len(created) == 1 and (next(iter(created)) / "manifest.json").exists()
-    assert set(dataset_cache.iterdir()) == after_first, "the second load reads the cache"
     assert first.train_x.shape == (400, 1, 40) and first.val_x.shape == (100, 1, 40)
-    assert torch.equal(first.train_x, second.train_x) and torch.equal(first.val_y, second.val_y)
     assert first.build_model()(first.train_x[:8]).shape == (8, 10)
+
+    # Mark the cached validation labels: a second load that regenerated the data would not see the mark.
+    labels = next(iter(created)) / "y_val.npy"
+    marked = np.load(labels)
+    marked[:5] = (marked[:5] + 1) % 10
+    np.save(labels, marked)
+    second = load_workload("mnist1d", options)
+    assert torch.equal(second.val_y[:5], torch.as_tensor(marked[:5]).to(second.val_y.dtype))
+    assert not torch.equal(first.val_y[:5], second.val_y[:5])
+    assert torch.equal(first.train_x, second.train_x)
 
 
 def test_mnist1d_rejects_too_few_samples():

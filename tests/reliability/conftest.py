@@ -50,6 +50,82 @@ def faulty(oom_above=64, nan_batch=9, marker="/dev/null"):
 '''
 
 
+GATED_PLUGIN = """
+\"\"\"A workload whose training waits at a gate until the test opens it.
+
+A test that interrupts a trial must interrupt one that is training, whatever the
+machine's speed: so every model built (one per trained run) stops at its first
+training step after its first evaluation, writes "<build> <pid> <seed>" to
+waiting.log, and waits there until the test creates open-<build> (or open, for
+every build). A build the test never opens is still training when the signal
+lands. Builds are numbered from 1 in builds.log across every process of the
+test (searches, resumes, Ray workers, the CLI's confirmation runs).
+
+Only builds whose torch seed (the recipe's seed: the trainer seeds torch before it
+builds the model) is >= gate_from_seed wait; the others pass.
+\"\"\"
+import fcntl
+import os
+import time
+
+import torch
+from torch import nn
+from autospeed.workloads import Workload
+
+GIVE_UP_SECONDS = 900  # a gate nobody opens: long after every test's own timeout
+
+
+def _append(path, line):
+    # One line per writer, under a lock: the line count is the build number.
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        n = sum(1 for _ in f) + 1
+        f.write(line.format(n=n) + "\\n")
+        f.flush()
+        return n
+
+
+class Gated(nn.Module):
+    def __init__(self, gate_dir, gate_from_seed):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        self.gate_dir, self.seed = gate_dir, torch.initial_seed()
+        self.build = _append(os.path.join(gate_dir, "builds.log"), f"{{n}} {os.getpid()} {self.seed}")
+        self.evaluated, self.passed = False, self.seed < gate_from_seed
+
+    def forward(self, x):
+        if not self.training:
+            self.evaluated = True
+        elif self.evaluated and not self.passed:
+            self.passed = True
+            self._wait()
+        return self.body(x)
+
+    def _wait(self):
+        mine, every = (os.path.join(self.gate_dir, f) for f in (f"open-{self.build}", "open"))
+        if os.path.exists(mine) or os.path.exists(every):
+            return
+        _append(os.path.join(self.gate_dir, "waiting.log"), f"{self.build} {os.getpid()} {self.seed}")
+        give_up = time.monotonic() + GIVE_UP_SECONDS
+        # Plain sleeps: Ctrl-C, SIGTERM and Ray's stop reach this process as they would reach training.
+        while not (os.path.exists(mine) or os.path.exists(every)):
+            if time.monotonic() > give_up:
+                raise RuntimeError(f"gate {self.build} was never opened")
+            time.sleep(0.02)
+
+
+def gated(gate_dir, spread=0.5, gate_from_seed=0):
+    \"\"\"Four blobs in 16-D: spread 0.5 overlaps (about 0.8 accuracy at best), 3 separates them.\"\"\"
+    g = torch.Generator().manual_seed(0)
+    centers = torch.randn(4, 16, generator=g) * spread
+    y = torch.randint(0, 4, (512,), generator=g)
+    x = centers[y] + torch.randn(512, 16, generator=g)
+    return Workload(name="gated", train_x=x[:384], train_y=y[:384], val_x=x[384:], val_y=y[384:],
+                    build_model=lambda: Gated(gate_dir, gate_from_seed), num_classes=4)
+"""
+
+
 def cli_env(extra: dict[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", **(extra or {})}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -118,6 +194,38 @@ def write_space(folder: Path, spec: dict, name: str = "space.yaml") -> Path:
 def write_plugin(folder: Path) -> Path:
     (folder / "faulty_plugin.py").write_text(textwrap.dedent(FAULTY_PLUGIN))
     return folder
+
+
+class Gate:
+    """The test's side of GATED_PLUGIN: which builds wait at the gate, and opening it."""
+
+    def __init__(self, folder: Path):
+        (folder / "gated_plugin.py").write_text(textwrap.dedent(GATED_PLUGIN))
+        self.plugin_dir, self.dir = folder, folder / "gate"
+        self.dir.mkdir()
+
+    def workload(self, **options) -> dict:
+        """The search-space keys that select the gated workload."""
+        return {"workload": "gated_plugin:gated", "workload_options": {"gate_dir": str(self.dir), **options}}
+
+    def open(self, *builds: int) -> None:
+        """Let these builds through (before or after they reach the gate); no build: every build."""
+        for name in [f"open-{b}" for b in builds] or ["open"]:
+            (self.dir / name).touch()
+
+    def builds(self) -> int:
+        log = self.dir / "builds.log"
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    def waiting(self) -> list[int]:
+        """Builds that reached the gate (opened since or not)."""
+        log = self.dir / "waiting.log"
+        return [int(line.split()[0]) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def wait_for(self, build: int, proc: "Running") -> None:
+        """Until build `build` waits at its gate: mid-training, after an evaluation."""
+        wait_until(lambda: build in self.waiting() or proc.proc.poll() is not None, what=f"build {build} at the gate")
+        assert proc.proc.poll() is None, proc.stdout + proc.stderr
 
 
 def client_for(uri: str):

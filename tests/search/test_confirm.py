@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from autospeed import tracking as t
-from autospeed.confirm import Candidate, _decide
+from autospeed.search.confirm import Candidate, _decide
 from autospeed.recipe import Recipe
 
 REPEATS, TOP_K = 2, 1
@@ -87,7 +87,8 @@ def test_export_measured_has_confirmation(searched):
     proc = _cli("export", "--name", "confirm-test", "--tracking-uri", uri, "--out", str(out), cwd=folder)
     assert proc.returncode == 0, proc.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
-    assert measured["repeats"] == REPEATS
+    assert measured["confirmed"] is True and measured["repeats"] == REPEATS
+    assert measured["speedup_ci_low"] <= measured["speedup_vs_baseline"] <= measured["speedup_ci_high"]
     assert measured["tta_seconds_min"] <= measured["tta_seconds_median"] <= measured["tta_seconds_max"]
     assert measured["baseline_tta_seconds_median"] > 0
     assert measured["speedup_vs_baseline"] == pytest.approx(
@@ -95,6 +96,17 @@ def test_export_measured_has_confirmation(searched):
     parent = _runs(uri, t.KIND_SEARCH)[0]
     assert measured["trial_id"] == parent.data.tags["autospeed.confirmed_best_trial"]
     assert measured["environment"]["device"] == "cpu"
+
+
+def test_the_search_writes_its_confirmed_best_recipe_itself(searched):
+    """run_search owns the whole pipeline: best.yaml beside the search is the confirmed one."""
+    folder, uri, stdout = searched
+    (best,) = (folder / "runs" / "confirm-test").glob("*/best.yaml")
+    assert f"best recipe: {best}" in stdout
+    measured = yaml.safe_load(best.read_text())["measured"]
+    assert measured["confirmed"] is True and measured["repeats"] == REPEATS
+    parent = _runs(uri, t.KIND_SEARCH)[0]
+    assert parent.info.status == "FINISHED" and parent.data.metrics[t.M_CONFIRM_REPEATS] == REPEATS
 
 
 def test_train_warns_when_measured_elsewhere(searched):

@@ -1,0 +1,77 @@
+"""The Tune set-up (search/tuner.py): TPE over the space, ASHA that keeps the baseline, the stopper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from autospeed.space import spec_from_dict
+
+SMOKE = Path(__file__).resolve().parents[2] / "search_spaces" / "smoke.yaml"
+
+
+def _spec(**overrides):
+    data = yaml.safe_load(SMOKE.read_text())
+    data.update(overrides)
+    return spec_from_dict(data, "space.yaml")
+
+
+def test_tpe_models_the_knobs_jointly_after_the_baseline_trial(tmp_path):
+    """The baseline is study trial 0 and samples no parameters; TPE must still model
+    every knob jointly (multivariate) instead of each one on its own."""
+    import optuna
+
+    from autospeed.search.tuner import make_searcher
+
+    spec = _spec(space={"batch_size": {"choice": [32, 64, 128]}, "lr": {"loguniform": [0.001, 0.3]},
+                        "schedule": {"choice": ["constant", "cosine"]}})
+    sampler = make_searcher(spec, f"sqlite:///{tmp_path / 'optuna.db'}", "s", concurrent=1, seed=0)._sampler
+    study = optuna.create_study(sampler=sampler)
+    for i in range(spec.sampler.n_startup_trials + 3):
+        trial = study.ask()
+        spec.define_by_run(trial)
+        study.tell(trial, 5.0 if i == 0 else float(i))
+    trial = study.ask()
+    assert set(sampler.infer_relative_search_space(study, trial)) >= {"batch_size", "lr", "schedule"}
+
+
+class _Trial:
+    def __init__(self, trial_id: str, baseline: bool):
+        self.trial_id, self.config = trial_id, {"baseline": baseline}
+
+
+def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline():
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    spec = _spec(budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
+    asha = make_scheduler(spec)
+    strong, weak, base = _Trial("strong", False), _Trial("weak", False), _Trial("base", True)
+    for trial in (strong, weak, base):
+        asha.on_trial_add(None, trial)
+    assert asha.on_trial_result(None, strong, {"train_seconds": 1.0, "val_accuracy": 0.9}) == TrialScheduler.CONTINUE
+    assert asha.on_trial_result(None, weak, {"train_seconds": 1.0, "val_accuracy": 0.1}) == TrialScheduler.STOP
+    assert asha.on_trial_result(None, base, {"train_seconds": 1.0, "val_accuracy": 0.05}) == TrialScheduler.CONTINUE
+
+
+def test_asha_can_be_turned_off():
+    from ray.tune.schedulers import FIFOScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    assert isinstance(make_scheduler(_spec(asha={"enabled": False})), FIFOScheduler)
+
+
+def test_the_stopper_ends_the_search_once_the_callback_has_a_stop_reason():
+    from autospeed.search.tuner import ErrorStreakStopper
+
+    class Callback:
+        stop_reason = None
+
+    callback = Callback()
+    stopper = ErrorStreakStopper(callback)
+    assert not stopper.stop_all() and not stopper("t1", {})
+    callback.stop_reason = "the last 5 trials failed with the same error: boom"
+    assert stopper.stop_all()
