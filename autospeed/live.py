@@ -8,7 +8,10 @@ plain, self-contained line per finished trial.
 
 `TrainProgress` is `autospeed train`'s bar against its train-clock budget.
 
-Standard library only: the search's driver callback feeds it events.
+rich's `Live` and `Progress` draw the terminal forms: they redraw what they measured at
+the terminal's width (a wrapped line leaves no stale copy), keep this process's prints
+above the display, and only draw the final state where the cursor cannot move
+(TERM=dumb). The plain forms are written here, so logs keep one greppable line each.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from autospeed import results
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Column, Table
+from rich.text import Text
 
-_CLEAR_BLOCK = "\x1b[{n}F\x1b[J"  # cursor up n lines to column 0, clear to the end of the screen
+from autospeed.outcome import INFEASIBLE
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -53,6 +60,16 @@ def format_knobs(config: dict[str, Any], limit: int = 6) -> str:
         parts.append(f"{k}={v}")
     more = f" +{len(parts) - limit}" if len(parts) > limit else ""
     return " ".join(parts[:limit]) + more
+
+
+def _drawing_on(stream: TextIO) -> dict[str, Any]:
+    """Arguments of rich's Live and Progress that draw on `stream`.
+
+    They move this process's prints above the display, but only from a std stream that is
+    a terminal: `train --json 2>tty >file` keeps its stdout in the file.
+    """
+    return {"console": Console(file=stream, force_terminal=True, highlight=False),
+            "redirect_stdout": is_terminal(sys.stdout), "redirect_stderr": is_terminal(sys.stderr)}
 
 
 @dataclass
@@ -86,20 +103,9 @@ class SearchView:
         self.running: dict[str, str] = {}  # trial id -> label
         self.done: list[_Finished] = []
         self.resumed = 0  # trials finished before a resume: counted, not timed
-        self._drawn = 0  # lines of the live block now on screen
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._ticker: threading.Thread | None = None
-
-    def __getstate__(self) -> dict[str, Any]:  # Ray pickles its callbacks into the experiment state
-        state = dict(self.__dict__)
-        for k in ("_lock", "_stop", "_ticker"):
-            state.pop(k)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock, self._stop, self._ticker = threading.Lock(), threading.Event(), None
+        self.closed = False
+        self._lock = threading.Lock()  # rich's refresh thread reads what the driver's callbacks write
+        self._display: Live | None = None
 
     # ---- events
     def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_val_accuracy: float,
@@ -111,9 +117,8 @@ class SearchView:
     def started(self, trial_id: str, label: str) -> None:
         with self._lock:
             self.running[trial_id] = label
-            if self.live:
-                self._redraw()
-                self._start_ticker()
+        if self.live:
+            self._show().refresh()
 
     def finished(self, trial_id: str, label: str, status: str, tta_seconds: float | None,
                  best_val_accuracy: float, baseline: bool, config: dict[str, Any]) -> None:
@@ -121,23 +126,19 @@ class SearchView:
             self.running.pop(trial_id, None)
             f = _Finished(label, status, tta_seconds, best_val_accuracy, baseline, format_knobs(config))
             self.done.append(f)
-            if self.live:
-                self._erase()
-                print(self.trial_line(f), file=self.stream)
-                self._redraw()
-            else:
-                print(f"{self.trial_line(f)} | {self.summary_line()}", file=self.stream, flush=True)
+            line = self.trial_line(f)
+        if self.live:
+            display = self._show()
+            display.console.print(line, markup=False)  # lands above the block
+            display.refresh()
+        else:
+            print(f"{line} | {self.summary_line()}", file=self.stream, flush=True)
 
     def close(self) -> None:
-        """Stop redrawing; leave the last status on screen."""
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join(timeout=2 * self.refresh_seconds)
-        with self._lock:
-            if self.live and self._drawn:
-                self._erase()
-                self._draw(final=True)
-            self._drawn = 0
+        """Stop redrawing; leave the last status on screen (without the running line)."""
+        self.closed = True
+        if self._display is not None:
+            self._display.stop()
 
     # ---- numbers
     def counts(self) -> dict[str, int]:
@@ -147,7 +148,7 @@ class SearchView:
                 c["reached"] += 1
             elif f.status == "stopped_early":
                 c["stopped_early"] += 1
-            elif f.status in results.INFEASIBLE:
+            elif f.status in INFEASIBLE:
                 c["failed"] += 1
         return c
 
@@ -187,19 +188,19 @@ class SearchView:
         parts.append(self._time_text())
         return " | ".join(parts)
 
-    def block(self) -> list[str]:
-        """The redrawn block (terminal form)."""
+    def block(self) -> list[tuple[str, str]]:
+        """The redrawn block (terminal form): (what, value) rows."""
         best, base = self.best(), self.baseline()
-        lines = [f"trials   {self._counts_text()}"]
-        if self.running:
-            lines.append(f"running  {', '.join(sorted(self.running.values()))}")
+        rows = [("trials", self._counts_text())]
+        if self.running and not self.closed:
+            rows.append(("running", ", ".join(sorted(self.running.values()))))
         if best is not None:
-            lines.append(f"best     TTA {best.tta_seconds:.2f} s  {best.label}  {best.knobs}".rstrip())
+            rows.append(("best", f"TTA {best.tta_seconds:.2f} s  {best.label}  {best.knobs}".rstrip()))
         else:
-            lines.append("best     no trial has reached the target yet")
-        lines.append(f"baseline {self._baseline_text(base, best) if base is not None else 'not finished yet'}")
-        lines.append(f"time     {self._time_text()}")
-        return lines
+            rows.append(("best", "no trial has reached the target yet"))
+        rows.append(("baseline", self._baseline_text(base, best) if base is not None else "not finished yet"))
+        rows.append(("time", self._time_text()))
+        return rows
 
     def _counts_text(self) -> str:
         c = self.counts()
@@ -220,43 +221,29 @@ class SearchView:
         eta = "estimating" if left is None else f"~{format_duration(left)}"
         return f"elapsed {format_duration(self.elapsed_seconds())}, remaining {eta}"
 
-    # ---- terminal drawing (caller holds the lock)
-    def _erase(self) -> None:
-        if self._drawn:
-            self.stream.write(_CLEAR_BLOCK.format(n=self._drawn))
-            self._drawn = 0
+    # ---- terminal form
+    def _render(self) -> Table:  # called by rich's refresh thread, so elapsed time moves between events
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        with self._lock:
+            for what, value in self.block():
+                grid.add_row(what, Text(value))  # Text: a label is not markup
+        return grid
 
-    def _draw(self, final: bool = False) -> None:
-        lines = self.block()
-        if final:
-            lines = [ln for ln in lines if not ln.startswith("running")]
-        self.stream.write("\n".join(lines) + "\n")
-        self.stream.flush()
-        self._drawn = len(lines)
-
-    def _redraw(self) -> None:
-        self._erase()
-        self._draw()
-
-    def _start_ticker(self) -> None:
-        if self._ticker is not None:
-            return
-
-        def tick() -> None:  # keeps elapsed/remaining moving between events
-            while not self._stop.wait(self.refresh_seconds):
-                with self._lock:
-                    if self._drawn:
-                        self._redraw()
-
-        self._ticker = threading.Thread(target=tick, name="autospeed-live", daemon=True)
-        self._ticker.start()
+    def _show(self) -> Live:
+        if self._display is None:
+            self._display = Live(get_renderable=self._render, refresh_per_second=1 / self.refresh_seconds,
+                                 **_drawing_on(self.stream))
+            self._display.start()
+        return self._display
 
 
 @dataclass
 class TrainProgress:
     """`autospeed train`'s bar: the fraction of the train-clock budget (or of the epochs, if further) used.
 
-    On a terminal one line is redrawn in place; elsewhere one plain line per evaluation.
+    On a terminal a rich progress bar is redrawn in place; elsewhere one plain line per evaluation.
     """
 
     max_train_seconds: float
@@ -264,32 +251,47 @@ class TrainProgress:
     target_accuracy: float
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     live: bool | None = None
-    width: int = 24
+    width: int = 24  # of the plain form's bar, in characters
 
     def __post_init__(self) -> None:
         if self.live is None:
             self.live = is_terminal(self.stream)
-        self._open = False
+        self._bar: Progress | None = None
+
+    def fraction(self, e) -> float:
+        return min(1.0, max(e.train_seconds / self.max_train_seconds, e.epoch / self.epochs))
+
+    def stats(self, e) -> str:
+        mark = "  target reached" if e.val_accuracy >= self.target_accuracy else ""
+        return (f"train {e.train_seconds:6.2f}/{self.max_train_seconds:g} s  epoch {e.epoch:5.2f}/{self.epochs:g}  "
+                f"val_acc {e.val_accuracy:.4f} (target {self.target_accuracy:g})  "
+                f"{e.samples_per_second:8.0f} samples/s{mark}")
 
     def line(self, e) -> str:
-        done = min(1.0, max(e.train_seconds / self.max_train_seconds, e.epoch / self.epochs))
+        """The plain form of one evaluation."""
+        done = self.fraction(e)
         filled = int(self.width * done)
         bar = "#" * filled + "-" * (self.width - filled)
-        mark = "  target reached" if e.val_accuracy >= self.target_accuracy else ""
-        return (f"  [{bar}] {100 * done:3.0f}%  train {e.train_seconds:6.2f}/{self.max_train_seconds:g} s  "
-                f"epoch {e.epoch:5.2f}/{self.epochs:g}  val_acc {e.val_accuracy:.4f} "
-                f"(target {self.target_accuracy:g})  {e.samples_per_second:8.0f} samples/s{mark}")
+        return f"  [{bar}] {100 * done:3.0f}%  {self.stats(e)}"
 
     def update(self, e) -> None:
-        if self.live:
-            self.stream.write("\r\x1b[K" + self.line(e))
-            self._open = True
-        else:
+        if not self.live:
             self.stream.write(self.line(e) + "\n")
-        self.stream.flush()
+            self.stream.flush()
+            return
+        if self._bar is None:
+            # The bar takes a third of the width; the numbers wrap below themselves on a narrow terminal.
+            bar = BarColumn(bar_width=None, table_column=Column(ratio=1))
+            stats = TextColumn("{task.description}", markup=False, table_column=Column(ratio=2))
+            self._bar = Progress(bar, TaskProgressColumn(), stats, expand=True, auto_refresh=False,
+                                 **_drawing_on(self.stream))
+            self._bar.add_task(self.stats(e), total=1.0, completed=self.fraction(e))
+            self._bar.start()
+        else:
+            self._bar.update(self._bar.task_ids[0], completed=self.fraction(e), description=self.stats(e),
+                             refresh=True)
 
     def close(self) -> None:
-        if self._open:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._open = False
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
