@@ -1,4 +1,4 @@
-"""The live view (autospeed.live) and `autospeed report` (autospeed.report), on a store built here.
+"""`autospeed report` (autospeed.report), on a store built here (the live view: tests/test_live.py).
 
 The store mimics a finished search (DESIGN.md "Tracking layout"): a parent run, child
 trial runs with per-evaluation metric histories, confirmation runs, and the Optuna
@@ -8,103 +8,10 @@ tests/test_browser.py.
 
 from __future__ import annotations
 
-import io
-import pickle
 import re
 from types import SimpleNamespace
 
 import pytest
-
-from autospeed.live import SearchView, TrainProgress, format_duration
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-# ------------------------------------------------------------------ live view
-def test_plain_lines_say_counts_best_baseline_speedup_and_time_left():
-    out, clock = io.StringIO(), FakeClock()
-    view = SearchView(total=4, stream=out, live=False, clock=clock)
-    view.started("t_0", "baseline")
-    clock.now += 10
-    view.finished("t_0", "baseline", "reached", 6.0, 0.96, True, {})
-    view.started("t_1", "t_1")
-    clock.now += 10
-    view.finished("t_1", "t_1", "reached", 2.0, 0.97, False, {"batch_size": 128, "lr": 0.0123456})
-    clock.now += 10
-    view.finished("t_2", "t_2", "stopped_early", None, 0.4, False, {"batch_size": 32})
-    view.close()
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 3  # one plain line per finished trial, no escape codes
-    assert "\x1b" not in out.getvalue()
-    last = lines[-1]
-    assert last.startswith("[3/4] t_2: stopped_early, best acc 0.4000")
-    assert "3/4 done (2 reached, 1 stopped early, 0 failed), 0 running" in last
-    assert "best TTA 2.00 s (t_1)" in last
-    assert "baseline TTA 6.00 s, speed-up 3.00x" in last
-    assert "elapsed 30 s, remaining ~10 s" in last  # 10 s per trial so far, one trial left
-
-
-def test_failed_trials_are_counted_and_a_missing_baseline_said():
-    out = io.StringIO()
-    view = SearchView(total=3, stream=out, live=False, clock=FakeClock())
-    view.finished("t_1", "t_1", "oom", None, 0.0, False, {})
-    view.finished("t_0", "baseline", "not_reached", None, 0.8, True, {})
-    assert "(0 reached, 0 stopped early, 1 failed)" in out.getvalue().splitlines()[0]
-    assert "baseline not_reached (best acc 0.8000), no speed-up yet" in out.getvalue()
-
-
-def test_live_view_redraws_a_block_in_place_and_keeps_finished_trials_above():
-    out, clock = io.StringIO(), FakeClock()
-    view = SearchView(total=2, stream=out, live=True, clock=clock, refresh_seconds=60)
-    view.started("t_0", "baseline")
-    view.started("t_1", "t_1")
-    clock.now += 5
-    view.finished("t_1", "t_1", "reached", 1.5, 0.97, False, {"lr": 0.1})
-    text = out.getvalue()
-    assert "\x1b[" in text and "F\x1b[J" in text  # cursor up + clear: redrawn, not appended
-    assert "running  baseline" in text
-    assert "best     TTA 1.50 s  t_1  lr=0.1" in text
-    view.close()
-    final = out.getvalue().rsplit("\x1b[J", 1)[-1]
-    assert final.startswith("trials   1/2 done") and "running  " not in final
-
-
-def test_search_view_survives_pickling_like_rays_callbacks():
-    out = io.StringIO()
-    view = SearchView(total=2, stream=out, live=True, refresh_seconds=60)
-    view.started("t_0", "baseline")
-    view.stream = None  # a StringIO is not what Ray pickles (sys.stdout is, by reference)
-    copy = pickle.loads(pickle.dumps(view))
-    view.stream = out
-    view.close()
-    assert copy.running == {"t_0": "baseline"} and copy._lock is not None and copy._ticker is None
-
-
-def test_train_progress_bar_against_the_budget():
-    e = SimpleNamespace(train_seconds=5.0, epoch=1.0, val_accuracy=0.91, samples_per_second=1000.0)
-    plain = io.StringIO()
-    bar = TrainProgress(max_train_seconds=10, epochs=10, target_accuracy=0.9, stream=plain, live=False, width=10)
-    bar.update(e)
-    bar.close()
-    assert plain.getvalue() == ("  [#####-----]  50%  train   5.00/10 s  epoch  1.00/10  val_acc 0.9100 (target 0.9)"
-                                "      1000 samples/s  target reached\n")
-    live = io.StringIO()
-    bar = TrainProgress(max_train_seconds=10, epochs=10, target_accuracy=0.95, stream=live, live=True, width=10)
-    bar.update(e)
-    bar.update(SimpleNamespace(train_seconds=10.0, epoch=2.0, val_accuracy=0.93, samples_per_second=1000.0))
-    bar.close()
-    assert live.getvalue().count("\r\x1b[K") == 2 and live.getvalue().endswith("\n")
-    assert "[##########] 100%" in live.getvalue()
-
-
-def test_format_duration():
-    assert [format_duration(s) for s in (4.2, 65, 3723)] == ["4 s", "1:05", "1:02:03"]
 
 
 # ------------------------------------------------------------------ report

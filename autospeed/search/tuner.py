@@ -16,27 +16,32 @@ from autospeed.space import SearchSpec
 OBJECTIVE = "objective"  # every report carries it, minimised (outcome.objective)
 
 
+def make_sampler(spec: SearchSpec, concurrent: int, seed: int):
+    """Optuna's TPE (or random) sampler for the space."""
+    import optuna
+
+    if spec.sampler.kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # group=True, always: the baseline (study trial 0) samples no parameters, and plain
+        # multivariate TPE models only the parameters *every* trial has, so that one empty
+        # trial made it sample each knob independently (univariate) for the whole search.
+        # The grouped search space skips it, and also covers conditional parameters.
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=spec.sampler.n_startup_trials, multivariate=True,
+            group=True, constant_liar=concurrent > 1)
+
+
 def make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurrent: int, seed: int):
     """Ray's OptunaSearch over the space's define-by-run function, with its study in `storage_url`."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if spec.sampler.kind == "random":
-        sampler = optuna.samplers.RandomSampler(seed=seed)
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            # group=True, always: the baseline (study trial 0) samples no parameters, and plain
-            # multivariate TPE models only the parameters *every* trial has, so that one empty
-            # trial made it sample each knob independently (univariate) for the whole search.
-            # The grouped search space skips it, and also covers conditional parameters.
-            sampler = optuna.samplers.TPESampler(
-                seed=seed, n_startup_trials=spec.sampler.n_startup_trials, multivariate=True,
-                group=True, constant_liar=concurrent > 1)
-    storage = optuna.storages.RDBStorage(storage_url)
-    return OptunaSearch(space=spec.define_by_run, metric=OBJECTIVE, mode="min", sampler=sampler,
-                        study_name=study_name, storage=storage)
+    return OptunaSearch(space=spec.define_by_run, metric=OBJECTIVE, mode="min",
+                        sampler=make_sampler(spec, concurrent, seed), study_name=study_name,
+                        storage=optuna.storages.RDBStorage(storage_url))
 
 
 class BaselineKeepingASHA(ASHAScheduler):

@@ -22,11 +22,11 @@ def test_tpe_models_the_knobs_jointly_after_the_baseline_trial(tmp_path):
     every knob jointly (multivariate) instead of each one on its own."""
     import optuna
 
-    from autospeed.search.tuner import make_searcher
+    from autospeed.search.tuner import make_sampler
 
     spec = _spec(space={"batch_size": {"choice": [32, 64, 128]}, "lr": {"loguniform": [0.001, 0.3]},
                         "schedule": {"choice": ["constant", "cosine"]}})
-    sampler = make_searcher(spec, f"sqlite:///{tmp_path / 'optuna.db'}", "s", concurrent=1, seed=0)._sampler
+    sampler = make_sampler(spec, concurrent=1, seed=0)
     study = optuna.create_study(sampler=sampler)
     for i in range(spec.sampler.n_startup_trials + 3):
         trial = study.ask()
