@@ -14,7 +14,7 @@ are measured too, to show they cost nothing, and `applied` is printed.
 
 Run:
     .venv/bin/python experiments/knobs.py                       # ~3 min on 2 CPU cores
-    .venv/bin/python experiments/knobs.py --rounds 5 --out experiments/results/knobs_cpu.md
+    .venv/bin/python experiments/knobs.py --rounds 5 --steps 200 --out experiments/results/knobs_cpu.md
     .venv/bin/python experiments/knobs.py --device cuda --out experiments/results/knobs_gpu.md
 
 Timing takes the exclusive CPU lock (/tmp/cpu.lock) that the other benchmarks and
@@ -35,7 +35,7 @@ if "--warm-compile-cache" not in sys.argv:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="knobs-inductor-")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cpu_lock, emit_table, machine_header  # noqa: E402
+from _common import cpu_lock, emit_table, provenance  # noqa: E402
 
 from autospeed.recipe import Recipe  # noqa: E402
 from autospeed.trainer import pick_device, train  # noqa: E402
@@ -66,8 +66,6 @@ VARIANTS: list[tuple[str, dict]] = [
     ("channels_last", {"channels_last": True}),
     ("cudnn_benchmark", {"cudnn_benchmark": True}),
 ]
-
-
 
 
 def measure(recipe: Recipe, workload, steps: int) -> dict:
@@ -101,8 +99,7 @@ def main() -> None:
     base = Recipe(workload="mnist1d", target_accuracy=1.0, max_train_seconds=1e9, lr=0.01, device=args.device,
                   seed=0, **BASELINE)
     device = pick_device(base)
-    header = machine_header(device.type)
-    print(header, flush=True)
+    print(provenance(device.type), flush=True)
     variants = [(label, o) for label, o in VARIANTS if not any(s in label for s in args.skip)]
     runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
     with cpu_lock(exclusive=True):
@@ -137,7 +134,7 @@ def main() -> None:
                      f"**{statistics.median(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
                      f"{statistics.median(m['first_step_seconds'] for m in ms):.3f} | {compile_text} | "
                      f"{', '.join(not_applied) or '-'} |")
-    emit_table("Knob throughput relative to fp32 eager", header, lines, args.out)
+    emit_table(f"Knob throughput relative to fp32 eager ({device.type})", lines, args.out, device.type)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """Timing noise: one recipe trained 10 times in a row, against the gaps the search ranks.
 
-    python experiments/noise.py [--recipe best.yaml] [--runs 10]
+    python experiments/noise.py [--recipe best.yaml] [--runs 10] [--out experiments/results/noise.md]
            [--tracking-uri sqlite:////tmp/autospeed-speedup/mlflow.db --name speedup-exp]
 
 Two series, exclusive CPU lock held: the same seed every time (pure timing noise:
 identical steps, so TTA varies only with the clock) and a new seed every time
 (timing + optimisation noise: what confirmation runs see). Reports the
 coefficient of variation (CV) of TTA and of samples/s, and compares it with the
-relative gaps between the top reached recipes of a search read from MLflow.
-Writes experiments/results/noise.{md,png}.
+relative gaps between the top reached recipes of a search read from MLflow
+(by default the one experiments/speedup.py ran). Writes --out and a PNG beside it.
 """
 
 from __future__ import annotations
@@ -19,18 +19,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_lock, cv, machine_header  # noqa: E402
+from _common import RESULTS, ROOT, cpu_lock, cv, provenance, results_header, shown, write_results  # noqa: E402
 
 from autospeed.recipe import load_recipe  # noqa: E402
 from autospeed.trainer import train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
-
 
 def search_gaps(uri: str, name: str, top: int = 5) -> list[tuple[str, float]]:
-    from autospeed import results as res
+    from autospeed import runs as res
     from autospeed import tracking as t
 
     client = t.connect(uri)
@@ -45,7 +42,10 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--tracking-uri", default="sqlite:////tmp/autospeed-speedup/mlflow.db")
     p.add_argument("--name", default="speedup-exp")
+    p.add_argument("--out", default=str(RESULTS / "noise.md"), help="results file; the plot goes beside it (.png)")
     args = p.parse_args()
+    out = Path(args.out)
+    print(provenance(), flush=True)
 
     recipe = load_recipe(args.recipe).model_copy(update={"measured": None})
     workload = load_workload(recipe.workload, recipe.workload_options)
@@ -69,9 +69,8 @@ def main() -> None:
         why = ""
     gaps = [(b[1] - a[1]) / a[1] for a, b in zip(top, top[1:])]
 
-    lines = ["# Timing noise of one recipe (CPU)", "", *machine_header().splitlines(),
-             f"Command: `python experiments/noise.py --recipe {args.recipe} --runs {args.runs}`",
-             f"Recipe: `{args.recipe}` ({recipe.workload}, target {recipe.target_accuracy}, batch {recipe.batch_size}, "
+    lines = [f"Recipe: `{shown(args.recipe)}` ({recipe.workload}, target {recipe.target_accuracy}, "
+             f"batch {recipe.batch_size}, "
              f"{recipe.optimizer} lr {recipe.lr:.3g} {recipe.schedule}, {recipe.precision}); runs back to back, "
              f"exclusive CPU lock.", "",
              "| series | runs reached | TTA median s | TTA min | TTA max | TTA CV | samples/s median | samples/s CV |",
@@ -89,15 +88,18 @@ def main() -> None:
         lines += ["", f"Top reached trials of search '{args.name}' (single measurements, train-clock TTA s): "
                   + ", ".join(f"{tid} {tta:.2f}" for tid, tta in top),
                   "Relative gaps between neighbours: " + ", ".join(f"{100 * g:.1f}%" for g in gaps)]
-        small = [g for g in gaps if g < 2 * max(cvs.values())]
-        lines.append(f"{len(small)} of {len(gaps)} gaps are smaller than 2x the seed-to-seed TTA CV: the search's "
-                     "order among its top recipes is partly noise, which is why confirmation runs decide on medians.")
+        seed_cv = cvs["new seed each run"]
+        small = [g for g in gaps if g < 2 * seed_cv]
+        lines.append(f"{len(small)} of {len(gaps)} gaps are smaller than 2x the seed-to-seed TTA CV "
+                     f"({200 * seed_cv:.1f}%)" + (": the search's order among these recipes is partly noise, which "
+                                                  "is why confirmation runs decide on medians." if small else "."))
     else:
         lines += ["", f"No search to compare with ({why})."]
     goal = cvs["same seed"]
     lines += ["", f"**Goal TTA CV <= 10% on CPU: same seed {100 * goal:.1f}% ({'met' if goal <= 0.10 else 'NOT met'}), "
               f"new seeds {100 * cvs['new seed each run']:.1f}% "
-              f"({'met' if cvs['new seed each run'] <= 0.10 else 'NOT met'}).**", "", "![TTA per run](noise.png)"]
+              f"({'met' if cvs['new seed each run'] <= 0.10 else 'NOT met'}).**", "",
+              f"![TTA per run]({out.with_suffix('.png').name})"]
 
     import matplotlib
     matplotlib.use("Agg")
@@ -113,9 +115,11 @@ def main() -> None:
     ax.set_title("one recipe, repeated (dotted: top trials of a search)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "noise.png", dpi=120)
-    (RESULTS / "noise.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+    text = results_header("Timing noise of one recipe (CPU)") + "\n".join(lines) + "\n"
+    write_results(out, text)
+    print(text)
 
 
 if __name__ == "__main__":

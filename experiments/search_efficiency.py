@@ -1,12 +1,14 @@
 """How much training compute each search strategy needs to find a near-best recipe.
 
     python experiments/search_efficiency.py [--seeds 5] [--trials 40] [--truth-repeats 2]
+           [--work /tmp/autospeed-efficiency] [--out experiments/results/search_efficiency.md]
 
 1. Ground truth: every recipe of a small discrete mnist1d space (48 recipes) plus the
    baseline is trained --truth-repeats times with seed 0 (the seed every search trial
    uses, so the only difference between repeats is timing noise), CPU lock held
    exclusively; a recipe's true TTA is the median of its repeats. Cached in
-   <work>/truth.json, so a rerun only measures what is missing.
+   <work>/truth.json, so a rerun only measures what is missing (the results say how
+   many runs came from the cache; start from an empty --work to measure all of it).
 2. Real searches through autospeed.search.run_search (Ray Tune + Optuna + MLflow):
    TPE+ASHA (the product's default), TPE without ASHA, and random sampling without
    ASHA (plain random search), --seeds sampler seeds each, --trials trials per search
@@ -15,7 +17,8 @@
    including the first trial that reached the target *in the search* with a recipe
    whose true TTA is within 10% of the best true TTA. A trial ASHA stopped early
    costs what it trained before the stop and finds nothing.
-Writes experiments/results/search_efficiency.{md,png,json}.
+Writes --out and, beside it, a .png (best found vs compute) and a .json (every run, read
+back by --report-only and by experiments/sampler_simulation.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_lock, machine_header  # noqa: E402
+from _common import RESULTS, cpu_lock, provenance, results_header, write_results  # noqa: E402
 
 from autospeed import tracking as t  # noqa: E402
 from autospeed.search import run_search  # noqa: E402
@@ -38,8 +41,6 @@ from autospeed.space import spec_from_dict  # noqa: E402
 from autospeed.trainer import train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
 GRID = {
     "batch_size": [64, 128, 256, 512],
     "optimizer": ["sgd", "adamw"],
@@ -65,9 +66,11 @@ def key(params: dict) -> str:
     return f"bs={int(float(params['batch_size']))} {params['optimizer']} lr={float(params['lr']):g} {params['schedule']}"
 
 
-def ground_truth(spec, repeats: int, cache: Path) -> dict[str, list[float]]:
-    """{recipe key: [TTA seconds per repeat, inf when not reached in the budget]}; baseline included."""
+def ground_truth(spec, repeats: int, cache: Path) -> tuple[dict[str, list[float]], int]:
+    """({recipe key: [TTA seconds per repeat, inf when not reached in the budget]}, runs trained now, the
+    rest read from `cache`); baseline included."""
     runs: dict[str, list[float]] = json.loads(cache.read_text()) if cache.exists() else {}
+    trained = 0
     todo = [dict(zip(GRID, v)) for v in itertools.product(*GRID.values())] + [dict(BASE["baseline"])]
     workload = load_workload(spec.workload, spec.workload_options)
     with cpu_lock(exclusive=True):
@@ -78,9 +81,10 @@ def ground_truth(spec, repeats: int, cache: Path) -> dict[str, list[float]]:
                     continue
                 r = train(spec.recipe_for(params), workload)
                 runs[k].append(r.tta_seconds if r.tta_seconds is not None else math.inf)
+                trained += 1
                 cache.write_text(json.dumps(runs, indent=1))
                 print(f"truth {rep} {k}: {r.status} {r.tta_seconds}", flush=True)
-    return runs
+    return runs, trained
 
 
 def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str, float], good: float) -> dict:
@@ -143,20 +147,26 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=40)
     p.add_argument("--truth-repeats", type=int, default=2)
     p.add_argument("--work", default="/tmp/autospeed-efficiency")
-    p.add_argument("--report-only", action="store_true", help="redraw the results from search_efficiency.json")
+    p.add_argument("--out", default=str(RESULTS / "search_efficiency.md"),
+                   help="results file; the .png and .json go beside it")
+    p.add_argument("--report-only", action="store_true", help="redraw the results from the .json beside --out")
     args = p.parse_args()
+    out = Path(args.out)
+    saved_json = out.with_suffix(".json")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    print(provenance(), flush=True)
     if args.report_only:
-        saved = json.loads((RESULTS / "search_efficiency.json").read_text())
+        saved = json.loads(saved_json.read_text())
         truth_runs, runs, meta = saved["truth_runs"], saved["runs"], saved.get("meta", {})  # json reads Infinity
     else:
         data = json.loads(json.dumps(BASE))
         data["name"] = "eff-truth"
         spec = spec_from_dict(data, "search_efficiency")
-        truth_runs = ground_truth(spec, args.truth_repeats, work / "truth.json")
-        meta = {"truth_seconds": time.perf_counter() - t0, "header": machine_header()}
+        truth_runs, trained = ground_truth(spec, args.truth_repeats, work / "truth.json")
+        meta = {"truth_seconds": time.perf_counter() - t0, "truth_runs_trained": trained,
+                "truth_cache": str(work / "truth.json"), "provenance": provenance()}
     truth = {k: statistics.median(v[:args.truth_repeats]) for k, v in truth_runs.items()}
     grid_truth = {k: v for k, v in truth.items() if k != key(BASE["baseline"])}
     best = min(grid_truth.values())
@@ -172,7 +182,7 @@ def main() -> None:
                 print(f"{m:>9} seed {s}: found at {r['compute_to_find']} s of {r['total_compute']:.1f} s, "
                       f"{r['stopped_early']} stopped early, wall {r['wall_seconds']:.0f} s", flush=True)
         meta["total_seconds"] = time.perf_counter() - t0
-        (RESULTS / "search_efficiency.json").write_text(json.dumps(
+        write_results(saved_json, json.dumps(
             {"meta": meta, "truth_runs": truth_runs, "truth": truth, "good_seconds": good, "runs": runs},
             indent=1, default=str))
 
@@ -209,18 +219,23 @@ def main() -> None:
     ax.set_ylim(bottom=0)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "search_efficiency.png", dpi=120)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out.with_suffix(".png"), dpi=120)
 
     fmt = lambda x: f"{x:.1f}" if x is not None and math.isfinite(x) else "-"  # noqa: E731
     n_never = sum(math.isinf(v) for v in grid_truth.values())
     seeds = sorted({r["seed"] for r in runs})
-    lines = [
-        "# Search efficiency: compute to find a near-best recipe (mnist1d, CPU)", "",
-        "```", meta.get("header", ""), "```", "",
-        f"Command: `python experiments/search_efficiency.py --seeds {len(seeds)} --trials {args.trials} "
-        f"--truth-repeats {args.truth_repeats}`  ",
-        f"Total runtime: {meta.get('total_seconds', 0):.0f} s (ground truth {meta.get('truth_seconds', 0):.0f} s; "
-        f"near 0 when read from the cache of an earlier run, which took ~430 s).",
+    n_truth = sum(min(len(v), args.truth_repeats) for v in truth_runs.values())
+    lines = []
+    if args.report_only:
+        lines += [f"Redrawn from `{saved_json.name}`, whose measurements were taken by:", "", "```",
+                  meta.get("provenance", meta.get("header", "(not recorded)")), "```", ""]
+    lines += [
+        f"Total runtime: {meta.get('total_seconds', 0):.0f} s, of which ground truth "
+        f"{meta.get('truth_seconds', 0):.0f} s" + (
+            f" ({meta['truth_runs_trained']} of {n_truth} ground-truth runs trained then, the rest read from the "
+            f"cache {meta['truth_cache']})." if "truth_runs_trained" in meta else
+            " (how many ground-truth runs came from a cache was not recorded)."),
         "",
         f"Space: {json.dumps(GRID)} ({len(grid_truth)} recipes); fp32, eager; target "
         f"{BASE['target_accuracy']}, budget {BASE['budget']['max_train_seconds']} s of train clock per trial, "
@@ -278,9 +293,11 @@ def main() -> None:
     for m in METHODS:
         ys = median_curve([r for r in runs if r["method"] == m], xs_read)
         lines.append(f"- {m}: " + ", ".join(f"{y:.2f} s" if math.isfinite(y) else "none yet" for y in ys))
-    lines += ["", "![best found vs compute](search_efficiency.png)"]
-    (RESULTS / "search_efficiency.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += ["", f"![best found vs compute]({out.with_suffix('.png').name})"]
+    text = results_header("Search efficiency: compute to find a near-best recipe (mnist1d, CPU)") + \
+        "\n".join(lines) + "\n"
+    write_results(out, text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
 """Orchestration overhead of a search: what Ray, Optuna and MLflow cost per trial.
 
-    python experiments/search_overhead.py                  # smoke and fast
+    python experiments/search_overhead.py                  # smoke, fast and long
     python experiments/search_overhead.py --spaces smoke   # one of them
-    python experiments/search_overhead.py --spaces long    # fast.yaml with 10 s trials
+    python experiments/search_overhead.py --out experiments/results/search_overhead.md
 
 overhead per trial = (search wall seconds - sum of the trials' wall seconds) / trials,
 where a trial's wall seconds is the trainer's `wall_seconds` (building the model,
 training, evaluating). The search's wall seconds run from `run_search` being
 called to it returning: Ray's start, the dataset preparation, scheduling,
-Optuna's sampling and MLflow logging are all overhead. Also printed: the same
+Optuna's sampling and MLflow logging are all overhead. Also reported: the same
 without Ray's one-off start (first trial start to last trial end).
 Goal (issue 3): <= 1 s per trial on 2 cores and <= 10% of wall time when trials
-last >= 10 s. Confirmation runs are not part of this measurement.
+last >= 10 s. Confirmation runs are turned off in every space: they are not part
+of this measurement. Searches run one at a time under the exclusive CPU lock.
 """
 
 from __future__ import annotations
@@ -26,35 +27,41 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_header  # noqa: E402
+from _common import ROOT, cpu_lock, emit_table, provenance  # noqa: E402
 
 from autospeed.search import run_search  # noqa: E402
-from autospeed.space import load_spec, spec_from_dict  # noqa: E402
+from autospeed.space import spec_from_dict  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+GOAL_PER_TRIAL_S = 1.0
+GOAL_FRACTION = 0.10  # of wall time, for trials of at least LONG_TRIAL_S
+LONG_TRIAL_S = 10.0
+LONG = {"target_accuracy": 0.999, "budget": {"trials": 6, "max_train_seconds": LONG_TRIAL_S},
+        "asha": {"enabled": False}}  # an unreachable target: every trial trains its whole budget
+DESCRIPTIONS = {
+    "smoke": "search_spaces/smoke.yaml",
+    "fast": "search_spaces/fast.yaml",
+    "long": f"fast.yaml with {LONG}, fixed.epochs 1000: every trial trains its whole {LONG_TRIAL_S:g} s",
+}
 
 
-def long_spec():
-    """fast.yaml with trials of >= 10 s each: an unreachable target, so every trial trains its
-    whole 10 s budget; ASHA and confirmation off, 6 trials."""
-    data = yaml.safe_load((ROOT / "search_spaces" / "fast.yaml").read_text())
-    data.update(name="overhead-long", target_accuracy=0.999, budget={"trials": 6, "max_train_seconds": 10},
-                asha={"enabled": False}, confirm={"repeats": 0})
-    data["fixed"]["epochs"] = 1000
-    return spec_from_dict(data, "long (fast.yaml, 10 s trials)"), yaml.safe_dump(data)
+def space(name: str) -> tuple[dict, str]:
+    """(space file data with confirmation off, the path it is reported under)."""
+    path = ROOT / "search_spaces" / f"{'fast' if name == 'long' else name}.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.update(name=f"overhead-{name}", confirm={**data.get("confirm", {}), "repeats": 0})
+    if name == "long":
+        data.update(LONG)
+        data["fixed"]["epochs"] = 1000
+        return data, "long.yaml"
+    return data, str(path.relative_to(ROOT))
 
 
-def measure(space_name: str, folder: Path) -> dict:
-    if space_name == "long":
-        spec, text = long_spec()
-        path = Path("long.yaml")
-    else:
-        path = ROOT / "search_spaces" / f"{space_name}.yaml"
-        spec = load_spec(path).model_copy(update={"name": f"overhead-{space_name}"})
-        text = path.read_text()
+def measure(name: str, folder: Path) -> dict:
+    data, path = space(name)
+    spec = spec_from_dict(data, path)
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     start = time.perf_counter()
-    outcome = run_search(spec, text, str(path), tracking_uri=uri, storage_path=str(folder / "runs"),
+    outcome = run_search(spec, yaml.safe_dump(data), path, tracking_uri=uri, storage_path=str(folder / "runs"),
                          console=io.StringIO())
     wall = time.perf_counter() - start
     rows = outcome.rows
@@ -66,7 +73,7 @@ def measure(space_name: str, folder: Path) -> dict:
     span = (max(i.end_time for i in runs) - min(i.start_time for i in runs)) / 1000
     n = len(rows)
     return {
-        "space": space_name, "trials": n, "search_wall_s": wall, "trials_wall_s": trial_wall,
+        "space": name, "trials": n, "search_wall_s": wall, "trials_wall_s": trial_wall,
         "mean_trial_s": trial_wall / n, "overhead_per_trial_s": (wall - trial_wall) / n,
         "overhead_fraction": (wall - trial_wall) / wall,
         "overhead_per_trial_after_start_s": (span - trial_wall) / n,
@@ -74,21 +81,43 @@ def measure(space_name: str, folder: Path) -> dict:
     }
 
 
+def verdict(r: dict) -> str:
+    met = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+    text = (f"- {r['space']}: {r['overhead_per_trial_s']:.2f} s per trial including Ray's start "
+            f"({met(r['overhead_per_trial_s'] <= GOAL_PER_TRIAL_S)}), {r['overhead_per_trial_after_start_s']:.2f} s "
+            f"after it ({met(r['overhead_per_trial_after_start_s'] <= GOAL_PER_TRIAL_S)}); goal <= "
+            f"{GOAL_PER_TRIAL_S:g} s per trial")
+    if r["mean_trial_s"] >= LONG_TRIAL_S:
+        text += (f". Trials of >= {LONG_TRIAL_S:g} s: {100 * r['overhead_fraction']:.1f}% of wall time including "
+                 f"Ray's start ({met(r['overhead_fraction'] <= GOAL_FRACTION)}), "
+                 f"{100 * r['overhead_fraction_after_start']:.1f}% after it "
+                 f"({met(r['overhead_fraction_after_start'] <= GOAL_FRACTION)}); goal <= {100 * GOAL_FRACTION:g}%")
+    return text + "."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spaces", nargs="+", default=["smoke", "fast", "long"],
+    parser.add_argument("--spaces", nargs="+", default=["smoke", "fast", "long"], choices=list(DESCRIPTIONS),
                         help="smoke, fast (search_spaces/*.yaml) or long (fast.yaml with 10 s trials)")
+    parser.add_argument("--out", help="also write the results as Markdown to this file")
     args = parser.parse_args()
-    print(f"# search overhead\n{machine_header()}")
+    print(provenance(), flush=True)
     rows = []
-    for name in args.spaces:
-        with tempfile.TemporaryDirectory() as tmp:
-            rows.append(measure(name, Path(tmp)))
+    with cpu_lock(exclusive=True):
+        for name in args.spaces:
+            with tempfile.TemporaryDirectory() as tmp:
+                rows.append(measure(name, Path(tmp)))
+            print(f"{name}: {rows[-1]}", flush=True)
     cols = list(rows[0])
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+    lines = ["Spaces (confirmation off in each): " + "; ".join(f"{n}: {DESCRIPTIONS[n]}" for n in args.spaces) + ".",
+             "overhead = search wall seconds - sum of the trials' wall seconds (trainer `wall_seconds`); "
+             "\"after start\" leaves out Ray's one-off start and the dataset preparation (first trial start to "
+             "last trial end).", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()) + " |"
+              for r in rows]
+    lines += ["", *map(verdict, rows)]
+    emit_table("Search orchestration overhead", lines, args.out)
 
 
 if __name__ == "__main__":
