@@ -29,7 +29,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Column, Table
 from rich.text import Text
 
-from autospeed.outcome import INFEASIBLE
+from autospeed.outcome import INFEASIBLE, Status
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -144,9 +144,9 @@ class SearchView:
     def counts(self) -> dict[str, int]:
         c = {"done": len(self.done), "running": len(self.running), "reached": 0, "stopped_early": 0, "failed": 0}
         for f in self.done:
-            if f.status == "reached":
+            if f.status == Status.REACHED:
                 c["reached"] += 1
-            elif f.status == "stopped_early":
+            elif f.status == Status.STOPPED_EARLY:
                 c["stopped_early"] += 1
             elif f.status in INFEASIBLE:
                 c["failed"] += 1

@@ -28,12 +28,13 @@ from typing import Any
 
 from autospeed import runs as res
 from autospeed import tracking as t
+from autospeed.outcome import Status
 from autospeed.yamlio import atomic_path, write_atomic
 
 REPORT_ARTIFACT_DIR = "report"
 STATUS_COLOURS = {
-    "reached": "#2e7d32", "not_reached": "#f9a825", "stopped_early": "#9e9e9e", "oom": "#c62828",
-    "diverged": "#ad1457", "failed": "#b71c1c", "killed": "#6a1b9a", "running": "#1565c0",
+    Status.REACHED: "#2e7d32", Status.NOT_REACHED: "#f9a825", Status.STOPPED_EARLY: "#9e9e9e", Status.OOM: "#c62828",
+    Status.DIVERGED: "#ad1457", Status.FAILED: "#b71c1c", Status.KILLED: "#6a1b9a", Status.RUNNING: "#1565c0",
 }
 BASELINE_COLOUR, WINNER_COLOUR = "#000000", "#1565c0"
 
@@ -298,7 +299,7 @@ def plot_tradeoff(d: SearchData, path: Path) -> Path:
     if d.target is not None:
         ax.axhline(d.target, color="#c62828", lw=1, ls=":", label=f"target {d.target:g}")
     for status in sorted({r.status for r in d.rows}):
-        ax.scatter([], [], color=STATUS_COLOURS.get(status, "#777"), marker="o" if status == "reached" else ">",
+        ax.scatter([], [], color=STATUS_COLOURS.get(status, "#777"), marker="o" if status == Status.REACHED else ">",
                    label=status)
     ax.set_xlabel("TTA in train-clock s (o); train seconds used when not reached (>)")
     ax.set_ylabel("best validation accuracy")
