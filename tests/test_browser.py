@@ -123,6 +123,7 @@ def _row_index(link) -> str:
 
 
 def test_mlflow_ui_shows_the_trials_nested_under_the_search_with_their_tta(searched, ui_url, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
@@ -166,12 +167,19 @@ def test_mlflow_ui_shows_the_trials_nested_under_the_search_with_their_tta(searc
     box.send_keys(Keys.ESCAPE)
     column = "metrics.`tta_seconds`"
     wait.until(ec.visibility_of_element_located((By.CSS_SELECTOR, f".ag-header-cell[col-id='{column}']")))
-    time.sleep(1)
+
+    def tta_cells(driver):  # the new column's cells, once every reached trial's shows its value
+        cells = {rid: driver.find_elements(By.CSS_SELECTOR, f".ag-center-cols-container .ag-row[row-index="
+                                           f"'{_row_index(links[rid])}'] [col-id='{column}']") for rid in child}
+        if any(len(found) != 1 or (child[rid].reached and not found[0].text.strip()) for rid, found in cells.items()):
+            return False
+        return {rid: found[0] for rid, found in cells.items()}
+
+    cells = WebDriverWait(browser, WAIT_SECONDS, ignored_exceptions=(StaleElementReferenceException,)).until(tta_cells)
     _shot(browser, "mlflow_runs.png")
     shown = 0
     for rid, row in child.items():
-        cell = browser.find_element(By.CSS_SELECTOR, f".ag-center-cols-container .ag-row[row-index='{_row_index(links[rid])}'] "
-                                                     f"[col-id='{column}']")
+        cell = cells[rid]
         if row.reached:
             assert float(cell.text) == pytest.approx(row.tta_seconds, rel=1e-3), (links[rid].text, cell.text)
             shown += 1
