@@ -1,7 +1,7 @@
 """Throughput of each speed knob relative to fp32 eager, measured side by side.
 
-One workload (mnist1d, its 1-D CNN), one knob changed at a time from the
-baseline (fp32, no compile, batch 128, data on the device, no accumulation).
+One workload (mnist1d and its 1-D CNN unless --workload says otherwise), one knob
+changed at a time from the baseline (fp32, no compile, batch 128, data on the device, no accumulation).
 Each run is autospeed's own trainer with two evaluations: the first after
 `--steps` optimizer steps (warm-up, and compilation where asked), the second
 after `--steps` more. Steady-state throughput is that second interval's
@@ -15,7 +15,11 @@ are measured too, to show they cost nothing, and `applied` is printed.
 Run:
     .venv/bin/python experiments/knobs.py                       # ~3 min on 2 CPU cores
     .venv/bin/python experiments/knobs.py --rounds 5 --steps 200 --out experiments/results/knobs_cpu.md
-    .venv/bin/python experiments/knobs.py --device cuda --out experiments/results/knobs_gpu.md
+    python experiments/knobs.py --device cuda --workload synthetic \
+        --workload-options '{"num_samples": 50000, "image_size": 32, "noise": 6.0}' --out experiments/results/knobs_gpu.md
+
+On a GPU the variants that only a GPU can show are added: the max-autotune compile
+modes, a pinned-memory DataLoader with workers, and knobs combined.
 
 Timing takes the exclusive CPU lock (/tmp/cpu.lock) that the other benchmarks and
 searches on this machine respect, so nothing else loads the cores meanwhile.
@@ -24,6 +28,7 @@ searches on this machine respect, so nothing else loads the cores meanwhile.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -66,6 +71,16 @@ VARIANTS: list[tuple[str, dict]] = [
     ("channels_last", {"channels_last": True}),
     ("cudnn_benchmark", {"cudnn_benchmark": True}),
 ]
+GPU_VARIANTS: list[tuple[str, dict]] = [
+    ("compile max-autotune", {"compile": "max-autotune"}),
+    ("compile max-autotune-no-cudagraphs", {"compile": "max-autotune-no-cudagraphs"}),
+    ("batch 2048", {"batch_size": 2048}),
+    ("dataloader, 2 workers, pinned memory", {"data_loader": "dataloader", "num_workers": 2, "pin_memory": True,
+                                              "persistent_workers": True}),
+    ("bf16 + channels_last", {"precision": "bf16", "channels_last": True}),
+    ("bf16 + channels_last + compile default", {"precision": "bf16", "channels_last": True, "compile": "default"}),
+    ("bf16 + channels_last + batch 512", {"precision": "bf16", "channels_last": True, "batch_size": 512}),
+]
 
 
 def measure(recipe: Recipe, workload, steps: int) -> dict:
@@ -85,6 +100,9 @@ def measure(recipe: Recipe, workload, steps: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="mnist1d", help="built-in workload (default: mnist1d)")
+    ap.add_argument("--workload-options", type=json.loads, default=None,
+                    help="workload options as JSON (default for mnist1d: num_samples from --num-samples)")
     ap.add_argument("--num-samples", type=int, default=25000, help="mnist1d size (80%% train)")
     ap.add_argument("--steps", type=int, default=100, help="optimizer steps of warm-up, then of measurement")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (every variant once per round)")
@@ -95,12 +113,16 @@ def main() -> None:
     ap.add_argument("--out", help="also write the table as Markdown to this file")
     args = ap.parse_args()
 
-    workload = load_workload("mnist1d", {"num_samples": args.num_samples})  # generated/cached off the clock
-    base = Recipe(workload="mnist1d", target_accuracy=1.0, max_train_seconds=1e9, lr=0.01, device=args.device,
+    options = args.workload_options if args.workload_options is not None else (
+        {"num_samples": args.num_samples} if args.workload == "mnist1d" else {})
+    workload = load_workload(args.workload, options)  # generated/cached off the clock
+    base = Recipe(workload=args.workload, workload_options=options, target_accuracy=1.0, max_train_seconds=1e9,
+                  lr=0.01, device=args.device,
                   seed=0, **BASELINE)
     device = pick_device(base)
     print(provenance(device.type), flush=True)
-    variants = [(label, o) for label, o in VARIANTS if not any(s in label for s in args.skip)]
+    every = VARIANTS + (GPU_VARIANTS if device.type == "cuda" else [])
+    variants = [(label, o) for label, o in every if not any(s in label for s in args.skip)]
     runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
     with cpu_lock(exclusive=True):
         measure(base, workload, args.steps)  # untimed: thread pool, allocator and caches warm for everyone
@@ -113,7 +135,7 @@ def main() -> None:
 
     baseline = runs[VARIANTS[0][0]]
     lines = [
-        f"mnist1d num_samples={args.num_samples} ({len(workload.train_x)} train), 1-D CNN, device {device.type}; "
+        f"workload {args.workload} {json.dumps(options)} ({len(workload.train_x)} train), device {device.type}; "
         f"baseline {BASELINE}; samples/s on the train clock over {args.steps} optimizer steps after {args.steps} "
         f"warm-up steps; {args.rounds} interleaved rounds; ratio = median over rounds of variant / baseline "
         f"in the same round; compile s = first step of a compiled run (first: cold Inductor cache)",
