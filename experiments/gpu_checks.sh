@@ -3,6 +3,7 @@
 # with one GPU and no network. Ray, Optuna and MLflow travel as wheels in .whl/
 # (`bash ../shared/tools/device-wheels.sh rich` fills it); each stage writes under OUTDIR.
 #
+#   bash experiments/gpu_checks.sh all    OUTDIR [TRIALS] [REPEATS]  # tests, search, speedup
 #   bash experiments/gpu_checks.sh tests  OUTDIR   # pytest -m cuda, gpu.yaml's baseline timed
 #   bash experiments/gpu_checks.sh knobs  OUTDIR   # experiments/knobs.py on the GPU
 #   bash experiments/gpu_checks.sh search OUTDIR [TRIALS]  # gpu.yaml: search, export, train, report, speedup.py
@@ -20,12 +21,16 @@ py=python3
   optuna.__version__, '| mlflow', mlflow.__version__)"; } > "$out/versions.txt" 2>&1
 
 case "$stage" in
+all)  # tests, then the search with export/train/report, then speedup.py on its export: one lease
+    NO_PROBE=1 bash "$0" tests "$out"; bash "$0" search "$out" "${3:-6}"
+    [ -f "$out/best.yaml" ] && bash "$0" speedup "$out" "$out/best.yaml" "${4:-3}"
+    ;;
 tests)
-    timeout 420 $py -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider -rA --durations=0 \
+    timeout 200 $py -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider -rA --durations=0 \
         > "$out/pytest_cuda.log" 2>&1
     echo "pytest exit $?" >> "$out/pytest_cuda.log"
     # gpu.yaml's baseline and one hand-picked fast recipe, once each: how long a trial takes here.
-    timeout 150 $py - > "$out/baseline_probe.log" 2>&1 <<'PY'
+    [ -n "${NO_PROBE:-}" ] || timeout 150 $py - > "$out/baseline_probe.log" 2>&1 <<'PY'
 from autospeed.space import load_spec
 from autospeed.trainer import train
 spec = load_spec("search_spaces/gpu.yaml")
@@ -49,7 +54,7 @@ search)
     work=/tmp/gpu-search; rm -rf $work; mkdir -p $work
     uri=sqlite:///$work/mlflow.db
     {
-        $py -m autospeed search --space search_spaces/gpu.yaml --trials "$trials" --tracking-uri $uri \
+        timeout -s INT -k 30 300 $py -m autospeed search --space search_spaces/gpu.yaml --trials "$trials" --tracking-uri $uri \
             --storage-path $work/runs --name gpu
         echo "search exit $?"
         $py -m autospeed export --name gpu --tracking-uri $uri --out $work/best.yaml; echo "export exit $?"
@@ -61,8 +66,8 @@ search)
     tar -C $work -czf "$out/report.tgz" report 2>/dev/null
     ;;
 speedup)
-    timeout 560 $py experiments/speedup.py --space search_spaces/gpu.yaml --best "${3:?exported recipe}" \
-        --repeats "${4:-5}" --work /tmp/gpu-speedup --out "$out/speedup_gpu.md" > "$out/speedup.log" 2>&1
+    timeout ${SPEEDUP_SECONDS:-560} $py experiments/speedup.py --space search_spaces/gpu.yaml --best "${3:?exported recipe}" \
+        --repeats "${4:-5}" --goal 5 --work /tmp/gpu-speedup --out "$out/speedup_gpu.md" > "$out/speedup.log" 2>&1
     echo "speedup exit $?" >> "$out/speedup.log"
     ;;
 esac
