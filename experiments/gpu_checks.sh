@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # autospeed's checks on a CUDA GPU (issue 14), run from the repository root of a machine
 # with one GPU and no network. Ray, Optuna and MLflow travel as wheels in .whl/
-# (`bash ../shared/tools/device-wheels.sh rich` fills it); each stage writes under OUTDIR.
+# (`bash experiments/gpu_wheels.sh` fills it); each stage writes under OUTDIR.
 #
 #   bash experiments/gpu_checks.sh all    OUTDIR [TRIALS] [REPEATS]  # tests, search, speedup
 #   bash experiments/gpu_checks.sh tests  OUTDIR   # pytest -m cuda, gpu.yaml's baseline timed
@@ -11,7 +11,7 @@ set -uo pipefail
 stage=${1:?stage: tests, knobs or search}
 out=${2:?output folder}
 mkdir -p "$out"
-if [ ! -d .site/ray ]; then
+if [ ! -d .site/databricks ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl 2>&1 | grep -v WARNING | tail -3
 fi
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=0
@@ -21,6 +21,10 @@ py=python3
   optuna.__version__, '| mlflow', mlflow.__version__)"; } > "$out/versions.txt" 2>&1
 
 case "$stage" in
+trials)  # the search with export/train/report, then speedup.py on its export
+    bash "$0" search "$out" "${3:-6}"
+    [ -f "$out/best.yaml" ] && bash "$0" speedup "$out" "$out/best.yaml" "${4:-3}"
+    ;;
 all)  # tests, then the search with export/train/report, then speedup.py on its export: one lease
     NO_PROBE=1 bash "$0" tests "$out"; bash "$0" search "$out" "${3:-6}"
     [ -f "$out/best.yaml" ] && bash "$0" speedup "$out" "$out/best.yaml" "${4:-3}"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Fill .whl/ with the wheels the offline GPU machine lacks: ../shared/tools/device-wheels.sh (Ray, Optuna,
+# MLflow skinny and their needs), plus databricks-sdk, which that script leaves out but which `import mlflow`
+# needs: mlflow/genai/scorers/validation.py calls importlib.util.find_spec("databricks.agents"), and
+# find_spec raises ModuleNotFoundError when the parent package `databricks` is missing (seen on an H100 host).
+set -euo pipefail
+mkdir -p .git/info && touch .git/info/exclude
+bash "$(dirname "$0")/../../shared/tools/device-wheels.sh" rich "$@"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform any -d .whl databricks-sdk 2>&1 | grep -v 'is ignored' || true
+ls .whl | wc -l
