@@ -165,6 +165,21 @@ def build_schedule(recipe: Recipe, optimizer: torch.optim.Optimizer, total_steps
     return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
 
 
+# Compile modes that capture CUDA graphs, and the same mode without them. CUDA graphs cannot accumulate
+# gradients over micro-batches: the first micro-batch's gradients are outputs of the backward graph, which
+# its next replay overwrites ("accessing tensor output of CUDAGraphs that has been overwritten by a
+# subsequent run", pytorch/pytorch#169545, seen on an H100 with torch 2.11). With accumulation on CUDA the
+# trainer compiles without CUDA graphs and records the mode it used in `applied["compile"]`.
+_WITHOUT_CUDA_GRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+
+
+def compile_mode(recipe: Recipe, device: torch.device) -> str:
+    """The torch.compile mode the trainer uses for `recipe` on `device` ("none": eager)."""
+    if device.type == "cuda" and recipe.accumulation_steps > 1:
+        return _WITHOUT_CUDA_GRAPHS.get(recipe.compile, recipe.compile)
+    return recipe.compile
+
+
 def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: dict[str, Any]):
     """Build the model with the knobs applied; return (model for training, model for eval)."""
     model = workload.build_model()
@@ -176,8 +191,9 @@ def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, appl
     channels_last = recipe.channels_last and workload.images and device.type == "cuda"
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     applied["channels_last"] = channels_last
-    train_model = model if recipe.compile == "none" else torch.compile(model, mode=recipe.compile)
-    applied["compile"] = recipe.compile
+    mode = compile_mode(recipe, device)
+    train_model = model if mode == "none" else torch.compile(model, mode=mode)
+    applied["compile"] = mode
     # Evaluation runs the eager module (same parameters): off the train clock, and
     # it spares the compiled graph a recompile for eval mode and odd batch sizes.
     return train_model, model

@@ -70,6 +70,14 @@ def test_every_compile_mode_trains_on_cuda_and_charges_its_compile_time(images, 
     assert result.tta_seconds >= result.compile_seconds  # compilation is on the train clock
 
 
+@pytest.mark.parametrize("mode,used", [("reduce-overhead", "default"), ("max-autotune", "max-autotune-no-cudagraphs")])
+def test_cuda_graph_modes_with_accumulation_compile_without_cuda_graphs(images, mode, used):
+    """CUDA graphs cannot accumulate gradients (pytorch#169545): the trainer says which mode it used."""
+    result = train(recipe(compile=mode, accumulation_steps=2, batch_size=32), images)
+    assert result.status == Status.REACHED, result.error
+    assert result.applied["compile"] == used
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_compiled_mixed_precision_trains_as_eager_does(images, precision):
     runs = {mode: train(recipe(compile=mode, precision=precision, target_accuracy=1.0, epochs=2), images)

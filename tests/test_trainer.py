@@ -344,3 +344,19 @@ def test_tta_excludes_evaluation_time(write_plugin):
     # Each evaluation event's train clock lags its wall clock by the evaluations before it.
     for i, event in enumerate(result.history):
         assert event["wall_seconds"] - event["train_seconds"] >= 0.2 * i
+
+
+# ---------------------------------------------------------------- CUDA graphs and accumulation
+@pytest.mark.parametrize("mode,accumulation,device,used", [
+    ("reduce-overhead", 2, "cuda", "default"),
+    ("max-autotune", 4, "cuda", "max-autotune-no-cudagraphs"),
+    ("reduce-overhead", 1, "cuda", "reduce-overhead"),
+    ("max-autotune-no-cudagraphs", 2, "cuda", "max-autotune-no-cudagraphs"),
+    ("default", 2, "cuda", "default"),
+    ("reduce-overhead", 2, "cpu", "reduce-overhead"),  # no CUDA graphs on a CPU
+])
+def test_cuda_graph_modes_compile_without_cuda_graphs_when_accumulating(mode, accumulation, device, used):
+    """CUDA graphs cannot accumulate gradients over micro-batches (pytorch/pytorch#169545, seen on an H100)."""
+    from autospeed.trainer import compile_mode
+
+    assert compile_mode(recipe(compile=mode, accumulation_steps=accumulation), torch.device(device)) == used
