@@ -133,6 +133,14 @@ def gated(gate_dir, gate_from_seed=0, evaluations=1):
 '''
 
 
+
+# The tests send Ctrl-C as a terminal does, to a foreground job. A pytest started in the background
+# (`pytest &` in a script, nohup) inherits SIGINT *ignored*, passes that on to every process it starts,
+# and Python then installs no KeyboardInterrupt handler in them: each Ctrl-C would be lost. A handler
+# here (not SIG_IGN) makes the CLI processes start with SIGINT's default action, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def cli_env(extra: dict[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", **(extra or {})}
     env.pop("MLFLOW_TRACKING_URI", None)
