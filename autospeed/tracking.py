@@ -34,6 +34,9 @@ TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"  # on the parent: the tria
 TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
 TAG_PARENT = "mlflow.parentRunId"
+# on every run, from its environment: where it ran ("host/<Ray node id>" under Ray, else the host name)
+TAG_NODE = "autospeed.env.node"
+TAG_DEVICE_NAME = "autospeed.env.device_name"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
 
 # ---- metrics ----

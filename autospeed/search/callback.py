@@ -73,7 +73,9 @@ class TrialTracker(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if result.get(FINAL) is False and trial.trial_id not in self.replayed:
-            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result))
+            # The first evaluation says where the trial runs: tagged now, so a trial ASHA stops has it too.
+            tags = t.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
+            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result), tags=tags)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         if trial.trial_id in self.replayed:
@@ -115,6 +117,8 @@ class TrialTracker(Callback):
             tags[t.TAG_DUPLICATE_OF] = last["duplicate_of"]
         if last.get("environment"):
             tags.update(t.environment_tags(json.loads(last["environment"])))
+        if last.get("node"):  # also a repeated recipe's trial, which trains nothing
+            tags[t.TAG_NODE] = last["node"]
         if last.get("applied"):
             tags[t.TAG_APPLIED] = last["applied"]
         t.log_batch(self.client, run_id, t.final_metrics(final, score), tags=tags)

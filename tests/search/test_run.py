@@ -4,6 +4,7 @@ Optuna and MLflow."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,10 @@ def test_search_logs_parent_and_one_child_per_trial(smoke):
                      "train_loss", "wall_seconds", "compile_seconds", "peak_memory_mb"):  # ASHA-stopped ones too
             assert name in metrics, name
         assert ("tta_seconds" in metrics) == (tags["autospeed.status"] == "reached")
+        # where it ran, ASHA-stopped trials too: host name and Ray node id; and the device
+        host, _, node_id = tags["autospeed.env.node"].partition("/")
+        assert host == socket.gethostname() and len(node_id) == 56, tags["autospeed.env.node"]
+        assert tags["autospeed.env.device"] == "cpu" and tags["autospeed.env.device_name"]
         assert {"batch_size", "lr", "schedule", "precision", "compile", "target_accuracy"} <= set(run.data.params)
     # The baseline is trial 0 with the file's baseline recipe.
     baseline = [r for r in trials if r.data.tags["autospeed.baseline"] == "true"]
