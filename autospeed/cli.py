@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tracking-uri", help=uri_help)
     s.add_argument("--storage-path", help="where Ray keeps the experiment (default: ./autospeed_results)")
     s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
-    s.add_argument("--resume", action="store_true", help="continue the latest interrupted search of this name")
+    s.add_argument("--resume", action="store_true", help="continue the latest search of this name; with --trials N above its count, extend it to N trials")
     s.add_argument("--seed", type=int, help="sampler seed (default: sampler.seed)")
     s.add_argument("--verbose", action="store_true", help="show Ray's own output")
     s.set_defaults(func=cmd_search)

@@ -169,7 +169,11 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     names = {run.info.run_id: run.info.run_name for run in children}
     curves = {r.run_id: curve(client, r.run_id) for r in rows}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
-    for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM, runs=children):
+    # An extended search confirmed again: only the latest confirmation's runs count.
+    latest = parent.data.metrics.get(t.M_CONFIRM_TRIALS)
+    confirms = [run for run in children if latest is None
+                or run.data.tags.get(t.TAG_CONFIRM_TRIALS) == str(int(latest))]
+    for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM, runs=confirms):
         by_recipe.setdefault((r.trial_id, r.baseline), []).append(r.tta_seconds if r.reached else None)
     trial_names = {r.trial_id: names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id
     confirmed = [Confirmed("baseline" if b else f"{trial_names.get(tid) or 'trial'} ({tid})", b, ttas)

@@ -133,10 +133,24 @@ def run_config_of(tuner) -> Any:
     return tuner._local_tuner.get_run_config()
 
 
-def reattach(tuner, callbacks: list, stop, verbose: bool) -> None:
+def tune_config_of(tuner) -> Any:
+    """The TuneConfig a Tuner will run with. Private, for the same reason as run_config_of: a
+    restored Tuner runs with the search algorithm and scheduler pickled when the search began
+    (Ray 2.60: `Tuner._local_tuner._tune_config`)."""
+    return tuner._local_tuner._tune_config
+
+
+def reattach(tuner, callbacks: list, stop, verbose: bool, *, search=None, scheduler=None) -> None:
     """Point a restored Tuner at this process's callbacks and stopper (the pickled ones belong
-    to the process that ran before)."""
+    to the process that ran before), and at this process's search algorithm and scheduler when
+    given: Tune restores a search algorithm's state (the Optuna study and sampler, the trial
+    count) into whichever it runs with, but never saves its scheduler's."""
     run_config = run_config_of(tuner)
     run_config.callbacks = callbacks
     run_config.stop = stop
     run_config.verbose = 2 if verbose else 0
+    tune_config = tune_config_of(tuner)
+    if search is not None:
+        tune_config.search_alg = search
+    if scheduler is not None:
+        tune_config.scheduler = scheduler
