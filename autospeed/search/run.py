@@ -80,6 +80,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     _ray.start_ray(ray_address, verbose)
     resources, concurrent, threads = _ray.trial_resources(
         spec.resources.gpus_per_trial, spec.resources.cpus_per_trial, spec.resources.max_concurrent_trials)
+    _ray.check_storage_shared(root)  # trials read the search's files where they run
 
     if state is not None:
         search_dir, search_id, parent_id = latest_search_dir(storage_path, spec.name), state["search_id"], state["parent_run_id"]
