@@ -81,8 +81,11 @@ def redact(text: str) -> str:
 
 
 def quiet_mlflow() -> None:
-    """MLflow's SQL store logs schema migrations at INFO on first use; users did not ask for that."""
+    """MLflow's SQL store logs schema migrations at INFO on first use, and with a tracking server
+    every ended run prints "View run ... at: <url>" on stdout (one per trial); users did not ask
+    for either: the search prints the server's link to its runs once, at the end."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store.sql"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
