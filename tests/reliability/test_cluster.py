@@ -74,7 +74,7 @@ def _kill_sessions(sids: list[int]) -> None:
 
 WAIT_FOR_NODES = """
 import sys, time, ray
-ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level=40)
 while len([n for n in ray.nodes() if n["Alive"]]) < int(sys.argv[2]):
     time.sleep(0.2)
 """
