@@ -1,8 +1,9 @@
 """Scale-out for real: a search on a 2-node Ray cluster with an MLflow tracking server.
 
 The `cluster` fixture starts what a user would (`ray start --head`, a second `ray start
---address`, `mlflow server` with a SQLite backend and artifact proxying), all on 127.0.0.1 with
-ephemeral ports, each node with one CPU and its own temp dir, and tears down exactly the
+--address`, `mlflow server` with a SQLite backend and artifact proxying) on this machine with
+ephemeral ports (the MLflow server on 127.0.0.1; Ray binds its nodes to the machine's own address
+even when told 127.0.0.1), each node with one CPU and its own temp dir, and tears down exactly the
 processes it started (each was started in its own session; never a global `ray stop`).
 The second node runs in its own mount namespace, where one folder (`hidden`) is an empty tmpfs:
 a storage path that only the head node sees.
@@ -13,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,27 +52,38 @@ def _can_hide_a_folder() -> bool:
             return False
 
 
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (session id, parent pid) of every process (Linux /proc)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session
+                out[int(entry)] = (int(fields[3]), int(fields[1]))
+    return out
+
+
 def _kill_sessions(sids: list[int]) -> None:
     """End every process of these sessions (each a `ray start` or `mlflow server` and what it left
     running) and their descendants (Ray's workers), and nothing else."""
-    import psutil
+    def ours() -> set[int]:
+        procs = _processes()
+        found = {pid for pid, (sid, _) in procs.items() if sid in sids}
+        grew = True
+        while grew:  # descendants, wherever their session
+            more = {pid for pid, (_, ppid) in procs.items() if ppid in found} - found
+            found |= more
+            grew = bool(more)
+        return found
 
-    def ours() -> list:
-        found = {}
-        for p in psutil.process_iter():
-            with contextlib.suppress(psutil.Error, OSError):
-                if os.getsid(p.pid) in sids:
-                    found[p.pid] = p
-                    for child in p.children(recursive=True):
-                        found[child.pid] = child
-        return list(found.values())
-
-    for stop in (psutil.Process.terminate, psutil.Process.kill):
-        procs = ours()
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                stop(p)
-        psutil.wait_procs(procs, timeout=15)  # a hang guard: they go at once on SIGKILL
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in ours():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 15  # a hang guard: they go at once on SIGKILL
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 WAIT_FOR_NODES = """
@@ -103,6 +117,9 @@ def cluster(tmp_path_factory):
     env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES")  # a busy server gets MLflow's own retries, as a user's would
     env.pop("RAY_ADDRESS", None)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray 2.60 turns token authentication on for a head node when ~/.ray/auth_token exists, and a
+    # joining node or driver must then be given the token: on loopback, off for every process here.
+    env["RAY_AUTH_MODE"] = "disabled"
     sessions: list[int] = []
 
     def start(args: list[str], log: Path) -> subprocess.Popen:
@@ -113,14 +130,13 @@ def cluster(tmp_path_factory):
         return proc
 
     def node(*extra: str) -> list[str]:
-        return ["start", "--num-cpus", "1", "--num-gpus", "0", "--node-ip-address", "127.0.0.1",
-                "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0",
+        return ["start", "--num-cpus", "1", "--num-gpus", "0", "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0",
                 "--dashboard-agent-listen-port", str(_free_port()), *extra]
 
     server = None
     try:
         head = start([RAY, *node("--head", "--port", "0", "--include-dashboard", "false",
-                                 "--ray-client-server-port", str(_free_port()), "--temp-dir", str(temp / "head"))],
+                                 "--temp-dir", str(temp / "head"))],
                      base / "ray-head.log")
         assert head.wait(300) == 0, (base / "ray-head.log").read_text()
         address = (temp / "head" / "ray_current_cluster").read_text().strip()
