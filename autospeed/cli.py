@@ -110,9 +110,7 @@ def cmd_search(args) -> int:
         print("\nno trial reached the target")
     if outcome.best_path is not None:
         print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
-    print(f"search took {outcome.wall_seconds:.1f} s wall; compare trials: mlflow ui --backend-store-uri "
-          f"{tracking.redact(outcome.tracking_uri)}  (or: autospeed ui --name {spec.name}); "
-          f"figures: autospeed report --name {spec.name}")
+    print(f"search took {outcome.wall_seconds:.1f} s wall; {_where_to_look(outcome.tracking_uri, spec.name)}")
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
@@ -120,6 +118,21 @@ def cmd_search(args) -> int:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _where_to_look(uri: str, name: str) -> str:
+    """Where the user compares the trials: the tracking server's page of the search's runs, or a UI
+    to start on a local store."""
+    from autospeed.tracking import redact
+
+    shown = redact(uri)
+    if uri.startswith(("http://", "https://")):  # a tracking server: its UI is up already
+        from autospeed.ui import experiment_path
+
+        return (f"compare trials: {shown.rstrip('/')}{experiment_path(uri, name)}  (the MLflow tracking server); "
+                f"figures: autospeed report --name {name} --tracking-uri {shown}")
+    return (f"compare trials: mlflow ui --backend-store-uri {shown}  (or: autospeed ui --name {name}); "
+            f"figures: autospeed report --name {name}")
 
 
 def _resume_command(args) -> str:
@@ -209,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tracking-uri", help=uri_help)
     s.add_argument("--storage-path", help="where Ray keeps the experiment (default: ./autospeed_results)")
     s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
-    s.add_argument("--resume", action="store_true", help="continue the latest interrupted search of this name")
+    s.add_argument("--resume", action="store_true", help="continue the latest search of this name; with --trials N above its count, extend it to N trials")
     s.add_argument("--seed", type=int, help="sampler seed (default: sampler.seed)")
     s.add_argument("--verbose", action="store_true", help="show Ray's own output")
     s.set_defaults(func=cmd_search)

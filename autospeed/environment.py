@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import socket
 import sys
 from functools import lru_cache
 from typing import Any
@@ -40,8 +41,16 @@ def environment(device: torch.device | str | None = None) -> dict[str, Any]:
         "driver": _driver_version() if cuda else None,
         "autospeed": autospeed.__version__,
         "platform": platform.platform(),
+        "node": node_name(),
     }
     return env
+
+
+def node_name(ray_node_id: str | None = None) -> str:
+    """The node a run ran on: the host name, and `host/<Ray node id>` for a run under Ray (two Ray
+    nodes can share a host, as in a one-machine test cluster)."""
+    host = socket.gethostname()
+    return f"{host}/{ray_node_id}" if ray_node_id else host
 
 
 def _driver_version() -> str | None:

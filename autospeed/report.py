@@ -169,7 +169,11 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     names = {run.info.run_id: run.info.run_name for run in children}
     curves = {r.run_id: curve(client, r.run_id) for r in rows}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
-    for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM, runs=children):
+    # An extended search confirmed again: only the latest confirmation's runs count.
+    latest = parent.data.metrics.get(t.M_CONFIRM_TRIALS)
+    confirms = [run for run in children if latest is None
+                or run.data.tags.get(t.TAG_CONFIRM_TRIALS) == str(int(latest))]
+    for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM, runs=confirms):
         by_recipe.setdefault((r.trial_id, r.baseline), []).append(r.tta_seconds if r.reached else None)
     trial_names = {r.trial_id: names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id
     confirmed = [Confirmed("baseline" if b else f"{trial_names.get(tid) or 'trial'} ({tid})", b, ttas)
@@ -379,6 +383,10 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
                   ("confirmed speed-up", _fmt(m.get(t.M_CONFIRM_SPEEDUP), "x"))]
     env = d.environment
     where = ", ".join(f"{k} {env[k]}" for k in ("device_name", "cpu_count", "torch", "cuda", "autospeed") if k in env)
+    placement = res.placement_note(d.rows)
+    if placement:
+        where += " (the best trial's)"
+    nodes, devices = res.placement(d.rows)
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>autospeed report: {e(d.name)}</title>",
            f"<style>{_CSS}</style></head><body>",
            f"<h1>autospeed report: {e(d.name)}</h1>",
@@ -387,6 +395,7 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
            f"generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
            f"<p class='muted'>TTA = train-clock seconds to the first evaluation at or above the target "
            f"(evaluation off the clock). Measured on: {e(where or 'unknown')}.</p>",
+           *([f"<p class='note' id='placement'>Note: {e(placement)}.</p>"] if placement else []),
            "<div class='cards'>" + "".join(f"<div class='card'>{e(k)}<b>{e(v)}</b></div>" for k, v in cards)
            + "</div>",
            f"<p>Trial outcomes: {e(counts or 'none')}.</p>"]
@@ -410,7 +419,9 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
         out.append(f"<h2>{e(caption.split(':')[0])}</h2><figure><img id='fig-{e(key)}' alt='{e(key)}' "
                    f"src='{_data_uri(path)}'><figcaption>{e(caption)}</figcaption></figure>")
     out.append("<h2>Leaderboard</h2><table><tr><th>#</th><th>MLflow run</th><th>trial id</th><th>status</th>"
-               "<th>TTA s</th><th>best acc</th><th>vs baseline</th><th>knobs</th></tr>")
+               "<th>TTA s</th><th>best acc</th><th>vs baseline</th>"
+               + ("<th>node</th>" if len(nodes) > 1 else "") + ("<th>device</th>" if len(devices) > 1 else "")
+               + "<th>knobs</th></tr>")
     base_row = d.baseline
     for i, r in enumerate(res.ranked(d.rows), 1):
         sp = res.speedup(base_row, r)
@@ -418,7 +429,10 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
                    f"<td style='color:{STATUS_COLOURS.get(r.status, '#777')}'>{e(r.status)}</td>"
                    f"<td>{_fmt(r.tta_seconds if r.reached else None)}</td>"
                    f"<td>{'-' if r.best_val_accuracy is None else f'{r.best_val_accuracy:.4f}'}</td>"
-                   f"<td>{_fmt(sp, 'x')}</td><td>{e(r.knobs())}</td></tr>")
+                   f"<td>{_fmt(sp, 'x')}</td>"
+                   + (f"<td>{e(res.short_node(r.node) if r.node else '-')}</td>" if len(nodes) > 1 else "")
+                   + (f"<td>{e(r.device or '-')}</td>" if len(devices) > 1 else "")
+                   + f"<td>{e(r.knobs())}</td></tr>")
     out.append("</table>")
     for note in d.notes:
         out.append(f"<p class='note'>Note: {e(note)}</p>")

@@ -34,6 +34,8 @@ class TrialRow:
     error: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     duplicate_of: str | None = None  # trial id of the earlier trial with the same recipe (not trained again)
+    node: str | None = None  # autospeed.env.node: "host/<Ray node id>" under Ray, else the host name
+    device: str | None = None  # autospeed.env.device_name: the GPU's or the CPU's name
 
     @property
     def reached(self) -> bool:
@@ -90,6 +92,7 @@ def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = Non
             objective=m.get(t.M_OBJECTIVE), wall_seconds=m.get(t.M_WALL_SECONDS),
             params=dict(run.data.params), start_ms=run.info.start_time or 0,
             error=tags.get(t.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(t.TAG_DUPLICATE_OF),
+            node=tags.get(t.TAG_NODE), device=tags.get(t.TAG_DEVICE_NAME),
         ))
     return rows
 
@@ -113,21 +116,65 @@ def speedup(baseline: TrialRow | None, best: TrialRow | None) -> float | None:
     return _ratio(baseline.tta_seconds, best.tta_seconds)
 
 
+def short_node(node: str) -> str:
+    """`host/<first 8 hex of the Ray node id>`: enough to tell a cluster's nodes apart in a table."""
+    host, _, node_id = node.partition("/")
+    return f"{host}/{node_id[:8]}" if node_id else host
+
+
+def placement(rows: list[TrialRow]) -> tuple[dict[str, int], dict[str, int]]:
+    """(trials per node, trials per device) over the rows that recorded them."""
+    nodes: dict[str, int] = {}
+    devices: dict[str, int] = {}
+    for r in rows:
+        if r.node:
+            nodes[r.node] = nodes.get(r.node, 0) + 1
+        if r.device:
+            devices[r.device] = devices.get(r.device, 0) + 1
+    return nodes, devices
+
+
+def placement_note(rows: list[TrialRow]) -> str | None:
+    """One sentence when the trials ran on more than one node or device (so their TTAs were not
+    all measured on one machine), else None."""
+    nodes, devices = placement(rows)
+    parts = []
+    if len(devices) > 1:
+        parts.append(f"{len(devices)} devices (" + ", ".join(f"{d}: {n} trials" for d, n in sorted(devices.items()))
+                     + ")")
+    if len(nodes) > 1:
+        parts.append(f"{len(nodes)} nodes (" + ", ".join(f"{short_node(k)}: {n} trials"
+                                                       for k, n in sorted(nodes.items())) + ")")
+    if not parts:
+        return None
+    return (f"trials ran on {' and on '.join(parts)}; TTAs measured on different nodes or devices compare only "
+            f"as far as those are alike")
+
+
 def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
-    """A plain-text table of the top trials and the baseline."""
+    """A plain-text table of the top trials and the baseline; a node and a device column (and a
+    note below) when the trials ran on more than one."""
     order = ranked(rows)
     base = baseline_of(rows)
     shown = order[:top]
     if base is not None and base not in shown:
         shown.append(base)
-    lines = [f"{'#':>3}  {'trial':<14} {'status':<13} {'TTA s':>8} {'best acc':>8} {'vs base':>8}  knobs"]
+    nodes, devices = placement(rows)
+    extra = (["node"] if len(nodes) > 1 else []) + (["device"] if len(devices) > 1 else [])
+    head = "".join(f" {'node':<18}" if c == "node" else f" {'device':<24}" for c in extra)
+    lines = [f"{'#':>3}  {'trial':<14} {'status':<13} {'TTA s':>8} {'best acc':>8} {'vs base':>8}{head}  knobs"]
     for i, r in enumerate(shown, 1):
         tta = f"{r.tta_seconds:.2f}" if r.reached else "-"
         acc = f"{r.best_val_accuracy:.4f}" if r.best_val_accuracy is not None else "-"
         sp = speedup(base, r)
         vs = f"{sp:.2f}x" if sp else "-"
         label = "baseline" if r.baseline else r.trial_id[-14:]
-        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13} {tta:>8} {acc:>8} {vs:>8}  {r.knobs()}")
+        where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node" else f" {(r.device or '-')[:24]:<24}"
+                        for c in extra)
+        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13} {tta:>8} {acc:>8} {vs:>8}{where}  {r.knobs()}")
+    note = placement_note(rows)
+    if note:
+        lines.append(f"note: {note}")
     return "\n".join(lines)
 
 
@@ -139,11 +186,12 @@ def leaderboard_csv(rows: list[TrialRow]) -> str:
     knob_names = sorted({k for r in rows for k in r.params})
     w = csv.writer(buf)
     w.writerow(["rank", "trial_id", "run_id", "baseline", "status", "tta_seconds", "best_val_accuracy",
-                "objective", "wall_seconds", "duplicate_of", *knob_names])
+                "objective", "wall_seconds", "duplicate_of", "node", "device", *knob_names])
     order = ranked(rows)
     for i, r in enumerate(order + [r for r in rows if r.duplicate_of], 1):
         w.writerow([i if i <= len(order) else "", r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds, r.best_val_accuracy,
-                    r.objective, r.wall_seconds, r.duplicate_of or "", *[r.params.get(k, "") for k in knob_names]])
+                    r.objective, r.wall_seconds, r.duplicate_of or "", r.node or "", r.device or "",
+                    *[r.params.get(k, "") for k in knob_names]])
     return buf.getvalue()
 
 

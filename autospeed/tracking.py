@@ -33,7 +33,12 @@ TAG_APPLIED = "autospeed.applied"  # on a trial: each knob and the value that to
 TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"  # on the parent: the trial confirmation picked
 TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
+TAG_TRIALS = "autospeed.trials"  # on the parent: trials asked for (the `trials` param is the count it began with)
+TAG_CONFIRM_TRIALS = "autospeed.confirm_trials"  # on each confirm run: how many trials the confirmation chose from
 TAG_PARENT = "mlflow.parentRunId"
+# on every run, from its environment: where it ran ("host/<Ray node id>" under Ray, else the host name)
+TAG_NODE = "autospeed.env.node"
+TAG_DEVICE_NAME = "autospeed.env.device_name"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
 
 # ---- metrics ----
@@ -63,6 +68,7 @@ M_CONFIRM_BASELINE_MEDIAN = "confirm_baseline_tta_seconds_median"
 M_CONFIRM_SPEEDUP = "confirm_speedup_vs_baseline"
 M_CONFIRM_SPEEDUP_CI_LOW = "confirm_speedup_ci_low"  # bootstrap 90% interval over the seeds
 M_CONFIRM_SPEEDUP_CI_HIGH = "confirm_speedup_ci_high"
+M_CONFIRM_TRIALS = "confirm_trials_total"  # trials the confirmation chose from (an extended search confirms again)
 
 DEFAULT_TRAIN_EXPERIMENT = "autospeed-train"
 
@@ -75,8 +81,11 @@ def redact(text: str) -> str:
 
 
 def quiet_mlflow() -> None:
-    """MLflow's SQL store logs schema migrations at INFO on first use; users did not ask for that."""
+    """MLflow's SQL store logs schema migrations at INFO on first use, and with a tracking server
+    every ended run prints "View run ... at: <url>" on stdout (one per trial); users did not ask
+    for either: the search prints the server's link to its runs once, at the end."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent", "mlflow.store.sql"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

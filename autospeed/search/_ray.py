@@ -94,6 +94,52 @@ def start_ray(address: str | None, verbose: bool) -> None:
                          f"check --ray-address or that `ray start` runs there") from None
 
 
+def _reads(path: str) -> str | None:
+    """What this node reads at `path` (None: nothing there)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def check_storage_shared(folder, timeout_seconds: float = 300.0) -> None:
+    """Preflight on a cluster: trials read the search's files (ledger, recipe index) under the
+    storage path on their own node, so every node must see the folder the driver writes. A
+    probe file written here is read back on each other node (DESIGN.md "Scale-out"); a node
+    that cannot read it fails the search before any run is created, in one line."""
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    others = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
+    if not others:
+        return  # one node, the driver's: it sees what the driver wrote
+    token = uuid.uuid4().hex
+    probe = folder / f".node-check-{token}"
+    probe.write_text(token)
+    read = ray.remote(num_cpus=0)(_reads)
+    try:
+        pending = {n["NodeID"]: read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                   .remote(str(probe)) for n in others}
+        try:
+            seen = dict(zip(pending, ray.get(list(pending.values()), timeout=timeout_seconds)))
+        except Exception as e:  # a node that cannot run autospeed's code, or does not answer
+            raise RunFailure(f"cannot check that every Ray node sees --storage-path {folder} "
+                             f"({str(e).strip().splitlines()[-1][:200]}); install autospeed on every node "
+                             f"and check the cluster with `ray status`") from None
+    finally:
+        probe.unlink(missing_ok=True)
+    blind = [n for n in others if seen[n["NodeID"]] != token]
+    if blind:
+        names = ", ".join(f"{n.get('NodeManagerAddress', '?')} (node {n['NodeID'][:8]})" for n in blind)
+        raise RunFailure(f"--storage-path: {folder} is not visible on {len(blind)} of the cluster's "
+                         f"{len(others) + 1} nodes ({names}); trials read the search's files there, so pass a "
+                         f"folder every node mounts at the same path (a shared file system)")
+
+
 def stop_ray() -> None:
     """The search's Ray processes would share the cores with timed runs after it (confirmation)."""
     if "ray" in sys.modules:
@@ -133,10 +179,24 @@ def run_config_of(tuner) -> Any:
     return tuner._local_tuner.get_run_config()
 
 
-def reattach(tuner, callbacks: list, stop, verbose: bool) -> None:
+def tune_config_of(tuner) -> Any:
+    """The TuneConfig a Tuner will run with. Private, for the same reason as run_config_of: a
+    restored Tuner runs with the search algorithm and scheduler pickled when the search began
+    (Ray 2.60: `Tuner._local_tuner._tune_config`)."""
+    return tuner._local_tuner._tune_config
+
+
+def reattach(tuner, callbacks: list, stop, verbose: bool, *, search=None, scheduler=None) -> None:
     """Point a restored Tuner at this process's callbacks and stopper (the pickled ones belong
-    to the process that ran before)."""
+    to the process that ran before), and at this process's search algorithm and scheduler when
+    given: Tune restores a search algorithm's state (the Optuna study and sampler, the trial
+    count) into whichever it runs with, but never saves its scheduler's."""
     run_config = run_config_of(tuner)
     run_config.callbacks = callbacks
     run_config.stop = stop
     run_config.verbose = 2 if verbose else 0
+    tune_config = tune_config_of(tuner)
+    if search is not None:
+        tune_config.search_alg = search
+    if scheduler is not None:
+        tune_config.scheduler = scheduler

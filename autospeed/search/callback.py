@@ -33,6 +33,7 @@ class TrialTracker(Callback):
         self.experiment_id = parent.info.experiment_id
         self.runs: dict[str, str] = {}  # trial id -> MLflow run id
         self.replayed: set[str] = set()
+        self.history: dict[str, list[tuple[float, float]]] = {}  # trial id -> what ASHA saw: (train s, val acc)
         self.errors_in_a_row: list[str] = []
         self.stop_reason: str | None = None
         children = runs.child_runs(client, parent)
@@ -69,11 +70,18 @@ class TrialTracker(Callback):
         else:  # resumed: the same run continues
             self.client.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
         self.client.set_tag(run_id, t.TAG_STATUS, Status.RUNNING.value)
+        self.history[trial.trial_id] = []
         self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        if result.get(FINAL) is False and trial.trial_id not in self.replayed:
-            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result))
+        if trial.trial_id in self.replayed:
+            return
+        if "train_seconds" in result and result.get("val_accuracy") is not None:
+            self.history.setdefault(trial.trial_id, []).append((result["train_seconds"], result["val_accuracy"]))
+        if result.get(FINAL) is False:
+            # The first evaluation says where the trial runs: tagged now, so a trial ASHA stops has it too.
+            tags = t.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
+            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result), tags=tags)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         if trial.trial_id in self.replayed:
@@ -115,6 +123,8 @@ class TrialTracker(Callback):
             tags[t.TAG_DUPLICATE_OF] = last["duplicate_of"]
         if last.get("environment"):
             tags.update(t.environment_tags(json.loads(last["environment"])))
+        if last.get("node"):  # also a repeated recipe's trial, which trains nothing
+            tags[t.TAG_NODE] = last["node"]
         if last.get("applied"):
             tags[t.TAG_APPLIED] = last["applied"]
         t.log_batch(self.client, run_id, t.final_metrics(final, score), tags=tags)
@@ -124,7 +134,8 @@ class TrialTracker(Callback):
         self.client.set_terminated(run_id, RunStatus.to_string(terminal))
         self.search_dir.record_finished(trial.trial_id, {
             FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, "best_val_accuracy": best,
-            "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)})
+            "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)},
+            baseline=bool(trial.config.get("baseline")), history=self.history.pop(trial.trial_id, []))
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
         # which says nothing about the recipe (only failures the trainer reported are indexed).
         key = last.get("recipe_key")

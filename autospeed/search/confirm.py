@@ -114,6 +114,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     candidates = pick_candidates(client, parent, top_k)
     if not any(not c.baseline for c in candidates):
         return None
+    trials_total = len(res.trial_rows(client, parent))
     stop_ray()
     threads = _threads(spec)
     workload = load_workload(spec.workload, spec.workload_options)
@@ -125,7 +126,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
         for r in range(repeats):
             for c in candidates:
                 recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
-                run_id = _start_run(client, parent, search_id, c, r, recipe)
+                run_id = _start_run(client, parent, search_id, c, r, recipe, trials_total)
                 result = train(recipe, workload, num_threads=threads)
                 t.finish_run(client, run_id, recipe, result)
                 c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
@@ -138,7 +139,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
         raise
 
     outcome = _decide(candidates, repeats)
-    _log_parent(client, parent_run_id, outcome)
+    _log_parent(client, parent_run_id, outcome, trials_total)
     return outcome
 
 
@@ -148,12 +149,12 @@ def _decide(candidates: list[Candidate], repeats: int) -> ConfirmOutcome:
     return ConfirmOutcome(candidates, repeats, ranked[0] if ranked else None, base)
 
 
-def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe) -> str:
+def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe, trials_total: int) -> str:
     with t.interrupts_held():
         run = client.create_run(parent.info.experiment_id, run_name=f"confirm-{c.label}-r{repeat}", tags={
             t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id, t.TAG_TRIAL_ID: c.trial_id,
             t.TAG_KIND: t.KIND_CONFIRM, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: Status.RUNNING.value,
-            t.TAG_CONFIRM_REPEAT: str(repeat)})
+            t.TAG_CONFIRM_REPEAT: str(repeat), t.TAG_CONFIRM_TRIALS: str(trials_total)})
         t.log_batch(client, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
     return run.info.run_id
 
@@ -171,9 +172,9 @@ def _end_killed(client, parent) -> None:
         print(f"autospeed: warning: could not mark interrupted confirmation runs KILLED ({e})", file=sys.stderr)
 
 
-def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome) -> None:
+def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:
     w, b = outcome.winner, outcome.baseline
-    values = {t.M_CONFIRM_REPEATS: outcome.repeats}
+    values = {t.M_CONFIRM_REPEATS: outcome.repeats, t.M_CONFIRM_TRIALS: trials_total}
     if w is not None and w.reached:
         values.update({t.M_CONFIRM_MEDIAN: w.median, t.M_CONFIRM_MIN: min(w.reached), t.M_CONFIRM_MAX: max(w.reached)})
     if b is not None and b.median is not None:

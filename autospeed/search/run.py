@@ -80,10 +80,15 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     _ray.start_ray(ray_address, verbose)
     resources, concurrent, threads = _ray.trial_resources(
         spec.resources.gpus_per_trial, spec.resources.cpus_per_trial, spec.resources.max_concurrent_trials)
+    _ray.check_storage_shared(root)  # trials read the search's files where they run
 
     if state is not None:
         search_dir, search_id, parent_id = latest_search_dir(storage_path, spec.name), state["search_id"], state["parent_run_id"]
         _reopen_parent(client, parent_id)
+        if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
+            state.pop("extended_from")
+            search_dir.write_state(state)
+            client.set_tag(parent_id, t.TAG_TRIALS, str(total))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
@@ -157,7 +162,9 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
     """Confirmation runs (skipped when a resumed search had confirmed already)."""
     from autospeed.search.confirm import format_confirmation, run_confirmation
 
-    if t.M_CONFIRM_REPEATS in client.get_run(outcome.parent_run_id).data.metrics:
+    confirmed = client.get_run(outcome.parent_run_id).data.metrics
+    # Confirmed already, over these trials (an extended search confirms again, over all of its trials).
+    if t.M_CONFIRM_REPEATS in confirmed and confirmed.get(t.M_CONFIRM_TRIALS, len(outcome.rows)) == len(outcome.rows):
         return
     try:
         outcome.confirmation = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id,
@@ -192,9 +199,12 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
     if changed:
         raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                         f"restore those keys to resume, or start a new search without --resume")
-    if trials is not None and trials != state["trials"]:
-        raise UserError(f"--trials: the search '{spec.name}' started with {state['trials']} trials and resumes "
-                        f"with that count; drop --trials, or start a new search without --resume")
+    if trials is not None and trials < state["trials"]:
+        raise UserError(f"--trials: the search '{spec.name}' has {state['trials']} trials; --resume continues or "
+                        f"extends it (--trials above {state['trials']}), never shrinks it; drop --trials, or start "
+                        f"a new search without --resume")
+    if trials is not None and trials > state["trials"]:
+        state = {**state, "trials": trials, "extended_from": state["trials"]}
     return state
 
 
@@ -203,7 +213,7 @@ def _open_parent(client, spec: SearchSpec, space_text: str, space_path: str, sea
     search_dir.path.mkdir(parents=True)
     parent = client.create_run(t.experiment_id(client, spec.name), run_name=f"search-{search_id}",
                                tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id,
-                                     t.TAG_EXPERIMENT_DIR: str(search_dir.path)})
+                                     t.TAG_EXPERIMENT_DIR: str(search_dir.path), t.TAG_TRIALS: str(total)})
     parent_id = parent.info.run_id
     spec_dump = spec.model_dump(mode="json")
     flat = {**_flatten(spec_dump), "trials": total, "sampler.seed": seed}

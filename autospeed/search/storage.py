@@ -25,6 +25,7 @@ from autospeed.yamlio import write_atomic
 
 DEFAULT_STORAGE = "autospeed_results"
 STATE_FILE = "autospeed_search.json"
+_LEDGER_ONLY = ("baseline", "history")  # ledger keys that are not part of a trial's final report
 
 
 def search_root(storage_path: str | None, name: str) -> Path:
@@ -76,11 +77,27 @@ class SearchDir:
         return self.path / "finished" / f"{trial_id}.json"
 
     def finished(self, trial_id: str) -> dict[str, Any] | None:
+        """The final report Tune got from a finished trial (what a restarted trial hands Tune again)."""
         path = self.ledger(trial_id)
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        entry = json.loads(path.read_text())
+        return {k: v for k, v in entry.items() if k not in _LEDGER_ONLY}
 
-    def record_finished(self, trial_id: str, final_report: dict[str, Any]) -> None:
-        write_atomic(self.ledger(trial_id), json.dumps(final_report))
+    def record_finished(self, trial_id: str, final_report: dict[str, Any], *, baseline: bool = False,
+                        history: list[tuple[float, float]] = ()) -> None:
+        """`history`: the trial's (train_seconds, val_accuracy) reports, in order, for ASHA's rungs."""
+        write_atomic(self.ledger(trial_id), json.dumps({**final_report, "baseline": baseline,
+                                                        "history": [list(h) for h in history]}))
+
+    def histories(self) -> list[tuple[str, bool, list[tuple[float, float]]]]:
+        """(trial id, baseline, its reports' (train_seconds, val_accuracy)) of every finished trial,
+        in the order they finished: what a resumed search's ASHA refills its rungs from."""
+        out = []
+        for path in sorted((self.path / "finished").glob("*.json"), key=lambda p: p.stat().st_mtime_ns):
+            entry = json.loads(path.read_text())
+            out.append((path.stem, bool(entry.get("baseline")), [tuple(h) for h in entry.get("history", [])]))
+        return out
 
     # ---- the recipe index: the first trial of each recipe and its outcome ----
     def _recipe_file(self, key: str) -> Path:

@@ -25,6 +25,15 @@ def recipe_of(spec: SearchSpec, config: dict[str, Any]):
     return spec.recipe_for(params, baseline=config.get("baseline", False))
 
 
+def node() -> str:
+    """This trial's node: host name and Ray node id (`autospeed.env.node`)."""
+    import ray
+
+    from autospeed.environment import node_name
+
+    return node_name(ray.get_runtime_context().get_node_id())
+
+
 def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: str) -> None:
     from ray import tune
 
@@ -36,9 +45,11 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report(done)
         return
 
-    from autospeed.trainer import train
+    from autospeed.environment import environment
+    from autospeed.trainer import pick_device, train
     from autospeed.workloads import load_workload
 
+    where = node()
     spec = SearchSpec.model_validate_json(spec_json)
     recipe = recipe_of(spec, config)
     key = recipe_key(recipe.training_fields())
@@ -46,7 +57,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
     if first is not None:
         # The sampler proposed a recipe this search already trained (TPE does on discrete
         # spaces): hand back that result instead of spending the compute again.
-        tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": key,
+        tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": key, "node": where,
                      "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
         return
 
@@ -55,9 +66,16 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         _WORKLOADS.clear()
         _WORKLOADS[data_key] = load_workload(recipe.workload, recipe.workload_options)
 
+    first_report = True
+
     def on_eval(e) -> None:
+        nonlocal first_report
+        # The first report says where the trial runs, so a trial ASHA stops records it too.
+        env = {"environment": json.dumps({**environment(pick_device(recipe)), "node": where})} if first_report else {}
+        first_report = False
         tune.report({
-            "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds, "wall_seconds": e.wall_seconds,
+            **env, "node": where, "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds,
+            "wall_seconds": e.wall_seconds,
             "val_accuracy": e.val_accuracy, "best_val_accuracy": e.best_val_accuracy, "train_loss": e.train_loss,
             "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
             # an ASHA-stopped trial never sends the final report: its run takes these from here
@@ -70,6 +88,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         "val_accuracy": r.best_val_accuracy, "best_val_accuracy": r.best_val_accuracy,
         "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
         "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
-        "error": r.error or "", "applied": json.dumps(r.applied), "environment": json.dumps(r.environment),
+        "error": r.error or "", "applied": json.dumps(r.applied), "node": where,
+        "environment": json.dumps({**r.environment, "node": where}),
         "recipe_yaml": recipe.to_yaml(), "recipe_key": key,
     })

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from ray import tune
 from ray.tune import Stopper
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
 from autospeed.search import _ray
 from autospeed.search.storage import SearchDir
@@ -58,6 +60,35 @@ class BaselineKeepingASHA(ASHAScheduler):
             return TrialScheduler.CONTINUE
         return decision
 
+    def replay(self, finished: list[tuple[str, bool, list[tuple[float, float]]]]) -> None:
+        """Refill the rungs with finished trials' reports (trial id, baseline, (train seconds, val accuracy)
+        in order): a resumed search's ASHA compares new trials with the old ones. Tune does not save its
+        scheduler, so without this a resumed search's ASHA would start empty."""
+        for trial_id, baseline, history in finished:
+            past = Trial("autospeed", config={"baseline": baseline}, trial_id=trial_id, stub=True)
+            self.on_trial_add(None, past)
+            for train_seconds, value in history:
+                self.on_trial_result(None, past, {"train_seconds": train_seconds, "val_accuracy": value})
+            if history:
+                self.on_trial_complete(None, past, {"train_seconds": history[-1][0], "val_accuracy": history[-1][1]})
+            else:
+                self.on_trial_remove(None, past)
+
+
+class SearchUpTo(SearchGenerator):
+    """Tune's own search loop around the Optuna searcher, for `total` trials.
+
+    A resumed search restores the loop's state, trial count included, from its experiment
+    folder; `--resume --trials N` extends it: the restored count is raised to N, and the
+    restored Optuna study and sampler go on asking (the new trials follow the old ones)."""
+
+    def __init__(self, searcher, total: int):
+        super().__init__(searcher)
+        self.total = total
+
+    def set_state(self, state: dict) -> None:
+        super().set_state({**state, "total_samples": max(state["total_samples"], self.total)})
+
 
 def make_scheduler(spec: SearchSpec) -> TrialScheduler:
     if not spec.asha.enabled:
@@ -87,18 +118,25 @@ class ErrorStreakStopper(Stopper):
 
 def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *, trials: int, concurrent: int,
                 seed: int, resume: bool, verbose: bool) -> tune.Tuner:
-    """A new Tuner, or the search's own restored from its experiment state (`Tuner.restore`)."""
+    """A new Tuner, or the search's own restored from its experiment state (`Tuner.restore`).
+
+    A restored one runs with this process's search loop (raised to `trials` when the search was
+    extended), its ASHA refilled from the finished trials, and its callback and stopper."""
     stopper = ErrorStreakStopper(callback)
+    search = SearchUpTo(ConcurrencyLimiter(make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed),
+                                           max_concurrent=concurrent), total=trials)
+    scheduler = make_scheduler(spec)
     if resume and tune.Tuner.can_restore(str(search_dir.path)):
         tuner = tune.Tuner.restore(str(search_dir.path), trainable=trainable, resume_unfinished=True,
                                    resume_errored=False, restart_errored=False)
-        _ray.reattach(tuner, [callback], stopper, verbose)
+        if isinstance(scheduler, BaselineKeepingASHA):
+            scheduler.replay(search_dir.histories())
+        _ray.reattach(tuner, [callback], stopper, verbose, search=search, scheduler=scheduler)
         return tuner
-    searcher = make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed)
     return tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=make_scheduler(spec), num_samples=trials,
-                                    max_concurrent_trials=concurrent, reuse_actors=True),
+        # The search loop is built here (not from max_concurrent_trials) so a resumed search can swap in its own.
+        tune_config=tune.TuneConfig(search_alg=search, scheduler=scheduler, num_samples=trials, reuse_actors=True),
         run_config=tune.RunConfig(name=search_dir.path.name, storage_path=str(Path(search_dir.path).parent),
                                   verbose=2 if verbose else 0, callbacks=[callback], stop=stopper,
                                   # a trial never retries: its failures are results (an OOM repeats)

@@ -13,13 +13,19 @@ def test_a_restored_tuner_runs_with_this_process_callbacks_and_stopper(tmp_path)
     stopper through Ray's internal tuner. This fails loudly when Ray moves that attribute."""
     from ray import tune
 
+    from ray.tune.schedulers import FIFOScheduler
+    from ray.tune.search import BasicVariantGenerator
+
     tuner = tune.Tuner(lambda config: None, run_config=tune.RunConfig(name="x", storage_path=str(tmp_path)))
-    old = _ray.run_config_of(tuner)
+    old, old_tune_config = _ray.run_config_of(tuner), _ray.tune_config_of(tuner)
     callback, stopper = tune.Callback(), tune.stopper.MaximumIterationStopper(1)
-    _ray.reattach(tuner, [callback], stopper, verbose=False)
-    run_config = _ray.run_config_of(tuner)
+    search, scheduler = BasicVariantGenerator(), FIFOScheduler()
+    _ray.reattach(tuner, [callback], stopper, verbose=False, search=search, scheduler=scheduler)
+    run_config, tune_config = _ray.run_config_of(tuner), _ray.tune_config_of(tuner)
     assert isinstance(run_config, tune.RunConfig) and run_config is old
     assert run_config.callbacks == [callback] and run_config.stop is stopper and run_config.verbose == 0
+    assert isinstance(tune_config, tune.TuneConfig) and tune_config is old_tune_config
+    assert tune_config.search_alg is search and tune_config.scheduler is scheduler
 
 
 def test_ray_snapshot_race_traceback_is_dropped_and_real_failures_kept():

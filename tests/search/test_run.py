@@ -4,6 +4,7 @@ Optuna and MLflow."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,10 @@ def test_search_logs_parent_and_one_child_per_trial(smoke):
                      "train_loss", "wall_seconds", "compile_seconds", "peak_memory_mb"):  # ASHA-stopped ones too
             assert name in metrics, name
         assert ("tta_seconds" in metrics) == (tags["autospeed.status"] == "reached")
+        # where it ran, ASHA-stopped trials too: host name and Ray node id; and the device
+        host, _, node_id = tags["autospeed.env.node"].partition("/")
+        assert host == socket.gethostname() and len(node_id) == 56, tags["autospeed.env.node"]
+        assert tags["autospeed.env.device"] == "cpu" and tags["autospeed.env.device_name"]
         assert {"batch_size", "lr", "schedule", "precision", "compile", "target_accuracy"} <= set(run.data.params)
     # The baseline is trial 0 with the file's baseline recipe.
     baseline = [r for r in trials if r.data.tags["autospeed.baseline"] == "true"]
@@ -186,6 +191,49 @@ def test_a_repeated_recipe_takes_the_first_result_without_training_again(tmp_pat
     parent = next(r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "search")
     assert parent.data.metrics["trials_duplicate"] == len(repeats)
     assert parent.data.metrics["trials_total"] == 6
+
+
+def test_resume_with_more_trials_extends_a_finished_search(tmp_path):
+    """`--resume --trials N` above the search's count: the same parent run, Optuna study and ASHA go
+    on to N trials; the finished trials are not trained again; a smaller N is refused."""
+    import optuna
+
+    space = write_space(tmp_path, name="extend", budget={"trials": 6, "max_train_seconds": 0.3},
+                        asha={"grace_seconds": 0.1, "reduction_factor": 2})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(tmp_path / "runs")]
+    first = autospeed(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    client = client_for(tmp_path)
+
+    def trial_runs():
+        return [r for r in runs_of(tmp_path, "extend") if r.data.tags["autospeed.kind"] == "trial"]
+
+    def fingerprint(run):  # a trial trained again would end later and log its evaluations again
+        return run.info.end_time, len(client.get_metric_history(run.info.run_id, "val_accuracy"))
+
+    before = {r.info.run_id: fingerprint(r) for r in trial_runs()}
+    assert len(before) == 6
+
+    shrink = autospeed(*args, "--resume", "--trials", "4", cwd=tmp_path)
+    assert shrink.returncode == 2 and "never shrinks" in shrink.stderr and "Traceback" not in shrink.stderr
+
+    second = autospeed(*args, "--resume", "--trials", "10", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "10 trials" in second.stdout
+    trials = trial_runs()
+    assert len(trials) == 10 and len({r.data.tags["autospeed.trial_id"] for r in trials}) == 10
+    assert all(r.info.status in ("FINISHED", "FAILED") for r in trials)
+    assert {r.info.run_id: fingerprint(r) for r in trials if r.info.run_id in before} == before
+    names = [r.info.run_name for r in trials]
+    assert len(set(names)) == 10, names  # the new trials' runs are named on from the old ones
+    parents = [r for r in runs_of(tmp_path, "extend") if r.data.tags["autospeed.kind"] == "search"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["autospeed.trials"] == "10" and parents[0].data.metrics["trials_total"] == 10
+    (db,) = (tmp_path / "runs" / "extend").glob("*/optuna.db")
+    study = optuna.load_study(study_name="extend", storage=f"sqlite:///{db}")
+    assert [t.number for t in study.trials] == list(range(10))  # one study: the new trials follow the old
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
 
 
 def test_validate_reports_errors(tmp_path):

@@ -56,6 +56,48 @@ def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline():
     assert asha.on_trial_result(None, base, {"train_seconds": 1.0, "val_accuracy": 0.05}) == TrialScheduler.CONTINUE
 
 
+def test_a_resumed_asha_compares_new_trials_with_the_finished_ones():
+    """Tune never saves its scheduler: a resumed (or extended) search refills ASHA's rungs from
+    the finished trials' reports in the ledger, so a weak new trial is stopped at the first rung
+    as it would have been before the search was interrupted."""
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    spec = _spec(budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
+    finished = [("strong", False, [(0.5, 0.5), (1.0, 0.9), (2.0, 0.95)]), ("base", True, [(1.0, 0.05)])]
+    weak = Trial("autospeed", config={"baseline": False}, trial_id="weak", stub=True)
+
+    fresh = make_scheduler(spec)
+    fresh.on_trial_add(None, weak)
+    assert fresh.on_trial_result(None, weak, {"train_seconds": 1.0, "val_accuracy": 0.1}) == TrialScheduler.CONTINUE
+
+    resumed = make_scheduler(spec)
+    resumed.replay(finished)
+    resumed.on_trial_add(None, weak)
+    assert resumed.on_trial_result(None, weak, {"train_seconds": 1.0, "val_accuracy": 0.1}) == TrialScheduler.STOP
+
+
+def test_an_extended_search_loop_runs_to_the_new_count():
+    """`--resume --trials N`: Tune restores the search loop's saved trial count; ours raises it to N."""
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    from autospeed.search.tuner import SearchUpTo
+
+    def loop(total):
+        return SearchUpTo(ConcurrencyLimiter(OptunaSearch(metric="objective", mode="min"), max_concurrent=1), total)
+
+    saved = {"counter": 6, "total_samples": 6, "finished": False, "experiment": None}
+    extended = loop(10)
+    extended.set_state(saved)
+    assert extended.total_samples == 10 and not extended.is_finished()
+    same = loop(6)
+    same.set_state(saved)
+    assert same.total_samples == 6 and same.is_finished()
+
+
 def test_asha_can_be_turned_off():
     from ray.tune.schedulers import FIFOScheduler
 

@@ -1,0 +1,289 @@
+"""Scale-out for real: a search on a 2-node Ray cluster with an MLflow tracking server.
+
+The `cluster` fixture starts what a user would (`ray start --head`, a second `ray start
+--address`, `mlflow server` with a SQLite backend and artifact proxying) on this machine with
+ephemeral ports (the MLflow server on 127.0.0.1; Ray binds its nodes to the machine's own address
+even when told 127.0.0.1), each node with one CPU and its own temp dir, and tears down exactly the
+processes it started (each was started in its own session; never a global `ray stop`).
+The second node runs in its own mount namespace, where one folder (`hidden`) is an empty tmpfs:
+a storage path that only the head node sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+NAME = "on-a-cluster"
+TRIALS = 4
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _can_hide_a_folder() -> bool:
+    """Whether this machine lets a user start a process in its own user and mount namespace."""
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                                   'mount -t tmpfs tmpfs "$0"', d], capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (session id, parent pid) of every process (Linux /proc)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session
+                out[int(entry)] = (int(fields[3]), int(fields[1]))
+    return out
+
+
+def _kill_sessions(sids: list[int]) -> None:
+    """End every process of these sessions (each a `ray start` or `mlflow server` and what it left
+    running) and their descendants (Ray's workers), and nothing else."""
+    def ours() -> set[int]:
+        procs = _processes()
+        found = {pid for pid, (sid, _) in procs.items() if sid in sids}
+        grew = True
+        while grew:  # descendants, wherever their session
+            more = {pid for pid, (_, ppid) in procs.items() if ppid in found} - found
+            found |= more
+            grew = bool(more)
+        return found
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in ours():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 15  # a hang guard: they go at once on SIGKILL
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+WAIT_FOR_NODES = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level=40)
+while len([n for n in ray.nodes() if n["Alive"]]) < int(sys.argv[2]):
+    time.sleep(0.2)
+"""
+
+
+@dataclass
+class Cluster:
+    address: str
+    uri: str
+    gate: Gate
+    env: dict[str, str]
+    shared: Path  # every node sees it
+    hidden: Path | None  # only the head node sees it (None: this machine cannot hide a folder)
+    dir: Path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cluster")
+    gate = Gate(base)  # the gated plugin workload, importable on both nodes through PYTHONPATH
+    temp = Path(tempfile.mkdtemp(prefix="as-ray-"))  # short: Ray's session folders hold unix sockets
+    hidden = base / "head-only" if _can_hide_a_folder() else None
+    if hidden is not None:
+        hidden.mkdir()
+    env = cli_env(pythonpath=gate.plugin_dir)
+    env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES")  # a busy server gets MLflow's own retries, as a user's would
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray 2.60 turns token authentication on for a head node when ~/.ray/auth_token exists, and a
+    # joining node or driver must then be given the token: on loopback, off for every process here.
+    env["RAY_AUTH_MODE"] = "disabled"
+    sessions: list[int] = []
+
+    def start(args: list[str], log: Path) -> subprocess.Popen:
+        with open(log, "w") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=base,
+                                    start_new_session=True)
+        sessions.append(proc.pid)
+        return proc
+
+    def node(*extra: str) -> list[str]:
+        return ["start", "--num-cpus", "1", "--num-gpus", "0", "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0",
+                "--dashboard-agent-listen-port", str(_free_port()), *extra]
+
+    server = None
+    try:
+        head = start([RAY, *node("--head", "--port", "0", "--include-dashboard", "false",
+                                 "--temp-dir", str(temp / "head"))],
+                     base / "ray-head.log")
+        assert head.wait(300) == 0, (base / "ray-head.log").read_text()
+        address = (temp / "head" / "ray_current_cluster").read_text().strip()
+        second = [RAY, *node("--address", address, "--temp-dir", str(temp / "node2"))]
+        if hidden is not None:  # the second node's view of `hidden` is an empty tmpfs
+            second = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                      'mount -t tmpfs tmpfs "$0" && exec "$@"', str(hidden), *second]
+        joined = start(second, base / "ray-node2.log")
+        assert joined.wait(300) == 0, (base / "ray-node2.log").read_text()
+
+        port = _free_port()
+        server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                        f"sqlite:///{base / 'mlflow.db'}", "--artifacts-destination", str(base / "artifacts"),
+                        "--serve-artifacts", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                       base / "mlflow.log")
+        uri = f"http://127.0.0.1:{port}"
+
+        def answers() -> bool:
+            assert server.poll() is None, (base / "mlflow.log").read_text()
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
+                return r.status == 200
+            return False
+        wait_until(answers, what="mlflow server")
+
+        # Both nodes in the cluster (the timeout only guards against a hang).
+        subprocess.run([sys.executable, "-c", WAIT_FOR_NODES, address, "2"], env=env, check=True, timeout=300,
+                       capture_output=True)
+        yield Cluster(address, uri, gate, env, base / "store", hidden, base)
+    finally:
+        _kill_sessions(sessions)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _space(c: Cluster) -> Path:
+    """Every trial has a gate (GATED_PLUGIN): held in the middle of training until the test opens it."""
+    path = c.dir / "space.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": NAME, **c.gate.workload(), "target_accuracy": 0.9,
+        "budget": {"trials": TRIALS, "max_train_seconds": 600}, "asha": {"enabled": False},
+        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": 0},
+        "resources": {"gpus_per_trial": 0, "cpus_per_trial": 1, "max_concurrent_trials": 2},
+        "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 1000, "eval_every_epochs": 1},
+        "space": {"lr": {"loguniform": [0.01, 0.3]}, "batch_size": {"choice": [32, 64]}},
+    }, sort_keys=False))
+    return path
+
+
+def _args(c: Cluster, storage: Path, *extra: str) -> list[str]:
+    return ["search", "--space", str(_space(c)), "--tracking-uri", c.uri, "--storage-path", str(storage),
+            "--ray-address", c.address, *extra]
+
+
+def _trial_runs(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(NAME)
+    if exp is None:
+        return []
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"]
+
+
+def _parents(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(NAME)
+    runs = client.search_runs([exp.experiment_id], max_results=1000) if exp else []
+    return [r for r in runs if r.data.tags.get("autospeed.kind") == "search"]
+
+
+def test_a_storage_path_one_node_cannot_see_fails_before_any_trial(cluster):
+    if cluster.hidden is None:
+        pytest.skip("this machine cannot start a process in its own mount namespace (unshare --user --mount)")
+    p = autospeed(*_args(cluster, cluster.hidden), cwd=cluster.dir, env=cluster.env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    (line,) = error_lines(p.stderr)
+    assert "--storage-path" in line and str(cluster.hidden) in line and "not visible on 1 of the cluster's 2 nodes" in line
+    assert "Traceback" not in p.stderr
+    assert _trial_runs(cluster.uri) == [] and _parents(cluster.uri) == []  # nothing started
+
+
+def test_a_search_on_two_nodes_with_a_tracking_server_survives_a_sigkill(cluster, start_cli):
+    """Trials run on both nodes (their node tags differ), one child run per trial, export and
+    report work, no MLflow "View run" lines, and a SIGKILL of the driver followed by --resume
+    loses no finished trial. Each step waits for the state it needs (the gates), never a clock."""
+    c, gate = cluster, cluster.gate
+    args = _args(c, c.shared)
+    first = start_cli(*args, cwd=c.dir, env=c.env)
+
+    # Builds 1 and 2 held at their gates at once: two trials running, one CPU per node, so one per node.
+    gate.wait_for(1, first)
+    gate.wait_for(2, first)
+
+    def held_runs(n: int):
+        running = [r for r in _trial_runs(c.uri) if r.info.status == "RUNNING"
+                   and "val_accuracy" in r.data.metrics and "autospeed.env.node" in r.data.tags]
+        return running if len(running) == n else None
+    both = wait_until(lambda: held_runs(2), what="two trial runs, evaluated, with their node tags")
+    assert len({r.data.tags["autospeed.env.node"] for r in both}) == 2  # two Ray nodes
+
+    # Let them finish; the next two trials (builds 3 and 4) are held in the middle of training.
+    gate.open(1, 2)
+    gate.wait_for(3, first)
+    gate.wait_for(4, first)
+
+    def state_to_kill():
+        runs = _trial_runs(c.uri)
+        done = [r for r in runs if r.info.status == "FINISHED"]
+        running = [r for r in runs if r.info.status == "RUNNING" and "val_accuracy" in r.data.metrics]
+        return (done, running) if len(done) == 2 and len(running) == 2 else None
+    done, running = wait_until(state_to_kill, what="2 finished trial runs and 2 in the middle of training")
+    assert len({r.data.tags["autospeed.env.node"] for r in running}) == 2
+    kept = {r.info.run_id: (r.info.end_time, len(r.data.metrics)) for r in done}
+
+    sigkill_with_state_whole(first, next((c.shared / NAME).iterdir()), whole_group=False)
+    first.wait()
+    assert "View run" not in first.stdout + first.stderr
+
+    gate.open()
+    resumed = autospeed(*args, "--resume", cwd=c.dir, env=c.env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert not error_lines(resumed.stderr)
+    trials = _trial_runs(c.uri)
+    assert not [r for r in trials if r.info.status == "RUNNING"]
+    finished = {r.info.run_id: (r.info.end_time, len(r.data.metrics)) for r in trials if r.info.run_id in kept}
+    assert finished == kept  # no finished trial lost or trained again
+    assert gate.builds() == 6  # only the two trials killed in the middle of training trained again
+    ended = [r for r in trials if r.data.tags["autospeed.status"] != "killed"]
+    assert len(ended) == TRIALS and len({r.data.tags["autospeed.trial_id"] for r in ended}) == TRIALS
+    assert {r.data.tags["autospeed.status"] for r in ended} == {"reached"}
+    assert all(r.info.status == "KILLED" for r in trials if r not in ended)
+    (parent,) = _parents(c.uri)
+    assert parent.info.status == "FINISHED"
+
+    # The tracking server: no per-run "View run" lines, and the closing hint links the server's page.
+    assert "View run" not in resumed.stdout and "--backend-store-uri http" not in resumed.stdout
+    assert f"compare trials: {c.uri}/#/experiments/{parent.info.experiment_id}/" in resumed.stdout
+    assert "trials ran on 2 nodes" in resumed.stdout  # the leaderboard says so
+
+    out = c.dir / "best.yaml"
+    export = autospeed("export", "--name", NAME, "--tracking-uri", c.uri, "--out", str(out), cwd=c.dir, env=c.env)
+    assert export.returncode == 0, export.stderr
+    assert yaml.safe_load(out.read_text())["measured"]["environment"]["node"] in {
+        r.data.tags["autospeed.env.node"] for r in ended}
+    report = autospeed("report", "--name", NAME, "--tracking-uri", c.uri, "--out", str(c.dir / "report"),
+                       cwd=c.dir, env=c.env)
+    assert report.returncode == 0, report.stderr
+    assert "trials ran on 2 nodes" in (c.dir / "report" / "report.html").read_text()
