@@ -39,11 +39,12 @@ class TrialTracker(Callback):
         for run in children:
             if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
                 self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
-        self.view = SearchView(total=total, stream=console)
+        self.target = spec.resolved_target
+        self.view = SearchView(total=total, stream=console, metric=self.target.metric)
         for r in runs.trial_rows(client, parent, runs=children):  # a resumed search counts its past
             if r.status != Status.RUNNING:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
-                                        r.best_val_accuracy or 0.0, r.baseline, r.knobs())
+                                        r.best_value, r.baseline, r.knobs())
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow client,
@@ -82,8 +83,8 @@ class TrialTracker(Callback):
         if last.get(FINAL):
             status = Status(last["status"])
         else:
-            status = ended_by_scheduler(last.get("best_val_accuracy"), self.spec.target_accuracy,
-                                        last.get("train_seconds", 0.0), self.spec.budget.max_train_seconds)
+            status = ended_by_scheduler(last.get("best_value"), self.target.value, last.get("train_seconds", 0.0),
+                                        self.spec.budget.max_train_seconds, self.target.mode)
             if status == Status.REACHED:
                 last = {**last, "tta_seconds": last["train_seconds"]}
         self._finish(trial, status, last, last.get("error") or None)
@@ -94,19 +95,22 @@ class TrialTracker(Callback):
             lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
             message = lines[-1] if lines else message
         last = trial.last_result or {}
-        score = objective(Status.FAILED, None, None, self.spec.target_accuracy, self.spec.budget.max_train_seconds)
+        score = objective(Status.FAILED, None, None, self.target.value, self.spec.budget.max_train_seconds,
+                          self.target.mode)
         self._finish(trial, Status.FAILED, {**last, "objective": score}, message)
 
     def _finish(self, trial, status: Status, last: dict[str, Any], error: str | None) -> None:
         from mlflow.entities import RunStatus
 
         run_id = self.runs[trial.trial_id]
-        best = last.get("best_val_accuracy", 0.0) or 0.0
+        best = last.get("best_value")  # of the target metric; None before the first evaluation
+        bests = {k: v for k, v in last.items() if k.startswith("best_") and v is not None}
         tta = last.get("tta_seconds") if status == Status.REACHED else None
         score = last.get("objective")  # the trainer's, valid as final at any moment
         if score is None:  # ended before its first evaluation
-            score = objective(status, tta, best, self.spec.target_accuracy, self.spec.budget.max_train_seconds)
-        final = {"tta_seconds": tta, "best_val_accuracy": best, "wall_seconds": last.get("wall_seconds"),
+            score = objective(status, tta, best, self.target.value, self.spec.budget.max_train_seconds,
+                              self.target.mode)
+        final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
                  "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
         tags = {t.TAG_STATUS: status.value}
         if error:
@@ -122,21 +126,24 @@ class TrialTracker(Callback):
         self.client.log_text(run_id, recipe_yaml, "recipe.yaml")
         terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
         self.client.set_terminated(run_id, RunStatus.to_string(terminal))
+        # the target metric's key holds its best value: what the scheduler reads from a replayed report
+        standing = {**bests, **({self.target.metric: best} if best is not None else {})}
         self.search_dir.record_finished(trial.trial_id, {
-            FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, "best_val_accuracy": best,
-            "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)})
+            FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
+            "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)})
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
         # which says nothing about the recipe (only failures the trainer reported are indexed).
         key = last.get("recipe_key")
         if key and (status != Status.FAILED or last.get(FINAL)) and not last.get("duplicate_of"):
             self.search_dir.record_recipe(key, {
                 "trial_id": trial.trial_id, "status": status.value, "tta_seconds": tta, "objective": score,
-                "best_val_accuracy": best, "val_accuracy": best, "error": error or "",
+                **standing, "error": error or "",
                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")})
         self._progress(trial, status, tta, best, last.get("duplicate_of"))
         self._count_errors(status, error)
 
-    def _progress(self, trial, status: Status, tta: float | None, best: float, duplicate_of: str | None) -> None:
+    def _progress(self, trial, status: Status, tta: float | None, best: float | None,
+                  duplicate_of: str | None) -> None:
         baseline = bool(trial.config.get("baseline"))
         label = "baseline" if baseline else trial.trial_id
         if duplicate_of:

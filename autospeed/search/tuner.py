@@ -60,9 +60,11 @@ class BaselineKeepingASHA(ASHAScheduler):
 
 
 def make_scheduler(spec: SearchSpec) -> TrialScheduler:
+    """ASHA on the train clock over the target metric in its direction (val_loss: lower survives)."""
     if not spec.asha.enabled:
         return FIFOScheduler()
-    return BaselineKeepingASHA(time_attr="train_seconds", metric="val_accuracy", mode="max",
+    target = spec.resolved_target
+    return BaselineKeepingASHA(time_attr="train_seconds", metric=target.metric, mode=target.mode,
                                max_t=spec.budget.max_train_seconds, grace_period=spec.asha.grace_seconds,
                                reduction_factor=spec.asha.reduction_factor)
 
