@@ -9,6 +9,7 @@ persistent workers); `device` is then a recorded no-op. torch only.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterator
 
 import torch
@@ -89,9 +90,8 @@ class Batches:
                 idx = order[start:start + self.recipe.batch_size]
                 yield self._layout((self.x[idx], self.y[idx]))  # already on the device: no copy per step
         else:
-            for i, batch in enumerate(self.loader):
-                if i * self.recipe.batch_size >= usable:
-                    break
+            # islice: the loader never fetches the micro-batches of an incomplete last effective batch
+            for batch in itertools.islice(self.loader, usable // self.recipe.batch_size):
                 yield self._layout(to_device(batch, self.device, self.non_blocking))
 
 

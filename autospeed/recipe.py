@@ -11,10 +11,10 @@ import os
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autospeed.errors import UserError
-from autospeed.validation import raise_user_error
+from autospeed.validation import offered_metrics_note, raise_user_error
 from autospeed.yamlio import dump_yaml, load_yaml
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
@@ -33,11 +33,12 @@ class Target(_Strict):
     mode: Literal["max", "min"]  # max: higher is better (accuracy); min: lower is better (loss)
     value: float
 
-    @model_validator(mode="after")
-    def _finite(self) -> "Target":
-        if not math.isfinite(self.value):
-            raise ValueError(f"value must be a finite number, got {self.value}")
-        return self
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
 
     def met(self, value: float | None) -> bool:
         if value is None or not math.isfinite(value):
@@ -159,7 +160,7 @@ def recipe_from_dict(data: Any, source: str) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except pydantic.ValidationError as e:
-        raise_user_error(e, source, Recipe)
+        raise_user_error(e, source, Recipe, offered_metrics_note(data))
         raise  # unreachable: raise_user_error always raises
 
 

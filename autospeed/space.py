@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autospeed.errors import UserError
 from autospeed.recipe import KNOB_FIELDS, Recipe, Target, target_from
-from autospeed.validation import key_path, raise_user_error
+from autospeed.validation import key_path, offered_metrics_note, raise_user_error
 from autospeed.workloads import check_options, check_target, offered_metrics
 from autospeed.yamlio import load_yaml
 
@@ -228,7 +228,7 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
     try:
         spec = SearchSpec.model_validate(data)
     except pydantic.ValidationError as e:
-        raise_user_error(e, source, SearchSpec)
+        raise_user_error(e, source, SearchSpec, offered_metrics_note(data))
         raise
     _check_layers(spec, source)
     try:
