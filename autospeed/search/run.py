@@ -209,7 +209,7 @@ def _open_parent(client, spec: SearchSpec, space_text: str, space_path: str, sea
     parent_id = parent.info.run_id
     spec_dump = spec.model_dump(mode="json")
     flat = {**_flatten(spec_dump), "trials": total, "sampler.seed": seed}
-    t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items()})
+    t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
     client.log_text(parent_id, space_text, Path(space_path).name)
     search_dir.write_state({"search_id": search_id, "parent_run_id": parent_id, "name": spec.name,
                             "space_path": str(space_path), "spec": spec_dump, "trials": total, "seed": seed})
