@@ -182,10 +182,11 @@ def cmd_validate(args) -> int:
 
 
 def cmd_workloads(args) -> int:
-    from autospeed.workloads import describe
+    from autospeed.workloads import describe, offered_metrics
 
     for name, line in describe():
-        print(f"{name:<10} {line}")
+        metrics = ", ".join(f"{k} ({m.mode})" for k, m in offered_metrics(name).items())
+        print(f"{name:<10} {line} Metrics: {metrics}.")
     print(f"{'<plugin>':<10} package.module:factory returning autospeed.workloads.Workload (see README)")
     return EXIT_OK
 

@@ -8,6 +8,7 @@ recipe index), which the trainable reads to replay it instead of training it aga
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,8 @@ class TrialTracker(Callback):
         terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
         self.client.set_terminated(run_id, RunStatus.to_string(terminal))
         # the target metric's key holds its best value: what the scheduler reads from a replayed report
-        standing = {**bests, **({self.target.metric: best} if best is not None else {})}
+        # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
+        standing = {**bests, self.target.metric: best if best is not None else math.nan}
         self.search_dir.record_finished(trial.trial_id, {
             FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
             "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)})

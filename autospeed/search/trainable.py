@@ -8,6 +8,7 @@ the last one to Optuna. The last report of a trial that ended on its own has `fi
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,8 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
     tune.report({
         FINAL: True, "status": r.status.value, "step": r.steps, "train_seconds": r.train_seconds,
         # the target metric's key carries its best value, so the scheduler reads the final standing
-        **({metric: r.best_value} if r.best_value is not None else {}), "best_value": r.best_value, **{f"best_{k}": v for k, v in r.best_metrics.items()},
+        # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
+        metric: r.best_value if r.best_value is not None else math.nan, "best_value": r.best_value, **{f"best_{k}": v for k, v in r.best_metrics.items()},
         "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
         "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
         "error": r.error or "", "applied": json.dumps(r.applied), "environment": json.dumps(r.environment),
