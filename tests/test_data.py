@@ -95,9 +95,10 @@ def evaluate_regression(model: nn.Module, batches) -> dict[str, float]:
 
 
 def regression(**overrides) -> Workload:
-    return Workload(name="line", train_dataset=Stream(512, 0), val_dataset=Stream(128, 1),
-                    build_model=lambda: nn.Linear(1, 1), loss=mse, evaluate=evaluate_regression,
-                    metrics={"val_mse": Metric("min", 0.0), "val_max_error": "min"}, **overrides)
+    fields = dict(name="line", train_dataset=Stream(512, 0), val_dataset=Stream(128, 1),
+                  build_model=lambda: nn.Linear(1, 1), loss=mse, evaluate=evaluate_regression,
+                  metrics={"val_mse": Metric("min", 0.0), "val_max_error": "min"})
+    return Workload(**{**fields, **overrides})
 
 
 def test_an_iterable_dataset_with_its_own_loss_and_metrics_trains_to_a_loss_target():

@@ -90,6 +90,7 @@ def next_byte_loss(model: nn.Module, batch) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, VOCAB).float(), y.reshape(-1))
 
 
+@torch.no_grad()
 def evaluate_bytes(model: nn.Module, batches) -> dict[str, float]:
     """val_loss (nats per byte), val_perplexity and next-byte val_accuracy over every validation byte."""
     total_loss = torch.zeros((), dtype=torch.float64)
