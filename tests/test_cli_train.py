@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -195,6 +196,11 @@ def test_usage_error_exits_2(run_cli):
 
 
 # ---------------------------------------------------------------- the README's plugin example
+def _here_first() -> str:
+    """PYTHONPATH=. as the README says, ahead of any path the tests themselves run under."""
+    return os.pathsep.join(filter(None, [".", os.environ.get("PYTHONPATH")]))
+
+
 def test_readme_plugin_example_runs_verbatim(run_cli, tmp_path):
     readme = README.read_text()
     module = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def blobs" in b)
@@ -203,7 +209,7 @@ def test_readme_plugin_example_runs_verbatim(run_cli, tmp_path):
     (tmp_path / "my_workload.py").write_text(module)
     (tmp_path / "blobs.yaml").write_text(recipe)
 
-    done = run_cli(*shlex.split(command), cwd=tmp_path, env={"PYTHONPATH": "."})
+    done = run_cli(*shlex.split(command), cwd=tmp_path, env={"PYTHONPATH": _here_first()})
 
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(recipe)["workload"] == "my_workload:blobs"
@@ -218,7 +224,7 @@ def test_readme_dataset_plugin_reads_files_and_trains_to_its_loss_target(run_cli
     (tmp_path / "npy_files.py").write_text(module)
     (tmp_path / "npy_folder.yaml").write_text(recipe)
 
-    done = run_cli(*shlex.split(command), "--json", cwd=tmp_path, env={"PYTHONPATH": "."})
+    done = run_cli(*shlex.split(command), "--json", cwd=tmp_path, env={"PYTHONPATH": _here_first()})
 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
