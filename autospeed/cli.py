@@ -32,14 +32,16 @@ def cmd_train(args) -> int:
     from autospeed.environment import differences, environment
     from autospeed.recipe import load_recipe
     from autospeed.trainer import pick_device, train
-    from autospeed.workloads import load_workload
+    from autospeed.workloads import check_target, load_workload
 
     recipe = load_recipe(args.config)
     client = None
     if not args.no_track:
         client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    target = recipe.resolved_target
     try:
         workload = load_workload(recipe.workload, recipe.workload_options)
+        check_target(target, workload.metrics, recipe.workload, shorthand=recipe.target is None)
     except UserError as e:
         raise UserError(f"{args.config}: {e}") from None
     here = environment(pick_device(recipe))
@@ -50,12 +52,12 @@ def cmd_train(args) -> int:
                   f"its measured speed may not hold here", file=sys.stderr)
 
     out = sys.stderr if args.json else sys.stdout
-    print(f"training {recipe.workload} to {recipe.target_accuracy:.3f} on {here['device_name']} "
+    print(f"training {recipe.workload} to {target.describe()} on {here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
 
     from autospeed.live import TrainProgress
 
-    bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, recipe.target_accuracy, stream=out)
+    bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
     try:
         result = train(recipe, workload, on_eval=bar.update)
     finally:
@@ -67,11 +69,14 @@ def cmd_train(args) -> int:
         print(json.dumps({k: v for k, v in result.to_dict().items() if k != "history"}, indent=2))
     else:
         tta = f"{result.tta_seconds:.2f} s" if result.tta_seconds is not None else "-"
-        print(f"status {result.status}  TTA {tta} (train clock)  best val_acc {result.best_val_accuracy:.4f}  "
+        best = f"{result.best_value:.4f}" if result.best_value is not None else "-"
+        print(f"status {result.status}  TTA {tta} (train clock)  best {target.metric} {best}  "
               f"train {result.train_seconds:.2f} s  wall {result.wall_seconds:.2f} s  "
               f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s"
               + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
         not_applied = [k for k, v in result.applied.items() if v is False and getattr(recipe, k, False)]
+        if result.applied.get("attention", "auto") != recipe.attention:
+            not_applied.append(f"attention {recipe.attention}")
         if not_applied:
             print(f"not applied on {result.applied['device']}: {', '.join(not_applied)}")
     if result.error:
@@ -190,10 +195,11 @@ def cmd_validate(args) -> int:
 
 
 def cmd_workloads(args) -> int:
-    from autospeed.workloads import describe
+    from autospeed.workloads import describe, offered_metrics
 
     for name, line in describe():
-        print(f"{name:<10} {line}")
+        metrics = ", ".join(f"{k} ({m.mode})" for k, m in offered_metrics(name).items())
+        print(f"{name:<10} {line} Metrics: {metrics}.")
     print(f"{'<plugin>':<10} package.module:factory returning autospeed.workloads.Workload (see README)")
     return EXIT_OK
 

@@ -21,7 +21,7 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
     reached = [r for r in res.ranked(rows) if r.reached]
     if not reached:
         raise RunFailure(f"search '{name}' has no trial that reached its target "
-                         f"({len(rows)} trials); raise budget.max_train_seconds or lower target_accuracy and search again")
+                         f"({len(rows)} trials); raise budget.max_train_seconds or loosen the target and search again")
     confirmed_trial = parent.data.tags.get(t.TAG_CONFIRMED_BEST)
     best = next((r for r in reached if r.trial_id == confirmed_trial), reached[0])
     with tempfile.TemporaryDirectory() as tmp:
@@ -45,7 +45,8 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
     how = (f"median of {measured.repeats} confirmation runs with new seeds" if measured.confirmed else
            "one search measurement, unconfirmed (set confirm.repeats > 0 for medians and a speed-up)")
     header = (f"# Exported by autospeed from search '{name}' ({measured.search_id}), trial {best.trial_id}.\n"
-              f"# TTA is train-clock seconds to target on {env.get('device_name', 'the search machine')}, "
+              f"# TTA is train-clock seconds to {recipe.resolved_target.describe()} on "
+              f"{env.get('device_name', 'the search machine')}, "
               f"{how}; `measured` is ignored by training.\n")
     return header + recipe.to_yaml(), best
 

@@ -30,6 +30,12 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from autospeed.outcome import INFEASIBLE, Status
+from autospeed.recipe import ACCURACY, Target
+
+
+def metric_label(metric: str) -> str:
+    """How a metric is named in one line: `acc` for val_accuracy (as ever), else its own name."""
+    return "acc" if metric == ACCURACY else metric
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -77,7 +83,7 @@ class _Finished:
     label: str
     status: str
     tta_seconds: float | None
-    best_val_accuracy: float
+    best_value: float | None  # of the target metric
     baseline: bool
     knobs: str
 
@@ -95,6 +101,7 @@ class SearchView:
     live: bool | None = None
     refresh_seconds: float = 1.0
     clock: Any = time.monotonic
+    metric: str = ACCURACY  # the target metric, named in each trial's line
 
     def __post_init__(self) -> None:
         if self.live is None:
@@ -108,10 +115,10 @@ class SearchView:
         self._display: Live | None = None
 
     # ---- events
-    def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_val_accuracy: float,
+    def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_value: float | None,
                       baseline: bool, knobs: str = "") -> None:
         """A trial that finished before this process started (a resumed search)."""
-        self.done.append(_Finished(label, status, tta_seconds, best_val_accuracy, baseline, knobs))
+        self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs))
         self.resumed += 1
 
     def started(self, trial_id: str, label: str) -> None:
@@ -121,10 +128,10 @@ class SearchView:
             self._show().refresh()
 
     def finished(self, trial_id: str, label: str, status: str, tta_seconds: float | None,
-                 best_val_accuracy: float, baseline: bool, config: dict[str, Any]) -> None:
+                 best_value: float | None, baseline: bool, config: dict[str, Any]) -> None:
         with self._lock:
             self.running.pop(trial_id, None)
-            f = _Finished(label, status, tta_seconds, best_val_accuracy, baseline, format_knobs(config))
+            f = _Finished(label, status, tta_seconds, best_value, baseline, format_knobs(config))
             self.done.append(f)
             line = self.trial_line(f)
         if self.live:
@@ -173,8 +180,12 @@ class SearchView:
         return self.elapsed_seconds() / timed * left
 
     # ---- text
+    def _best_text(self, f: _Finished) -> str:
+        shown = f"{f.best_value:.4f}" if f.best_value is not None else "-"
+        return f"best {metric_label(self.metric)} {shown}"
+
     def trial_line(self, f: _Finished) -> str:
-        what = f"TTA {f.tta_seconds:.2f} s" if f.tta_seconds is not None else f"best acc {f.best_val_accuracy:.4f}"
+        what = f"TTA {f.tta_seconds:.2f} s" if f.tta_seconds is not None else self._best_text(f)
         return f"[{len(self.done)}/{self.total}] {f.label}: {f.status}, {what}"
 
     def summary_line(self) -> str:
@@ -207,10 +218,9 @@ class SearchView:
         return (f"{c['done']}/{self.total} done ({c['reached']} reached, {c['stopped_early']} stopped early, "
                 f"{c['failed']} failed), {c['running']} running")
 
-    @staticmethod
-    def _baseline_text(base: _Finished, best: _Finished | None) -> str:
+    def _baseline_text(self, base: _Finished, best: _Finished | None) -> str:
         if base.tta_seconds is None:
-            return f"{base.status} (best acc {base.best_val_accuracy:.4f}), no speed-up yet"
+            return f"{base.status} ({self._best_text(base)}), no speed-up yet"
         text = f"TTA {base.tta_seconds:.2f} s"
         if best is not None and best.tta_seconds:
             text += f", speed-up {base.tta_seconds / best.tta_seconds:.2f}x"
@@ -248,7 +258,7 @@ class TrainProgress:
 
     max_train_seconds: float
     epochs: float
-    target_accuracy: float
+    target: Target
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     live: bool | None = None
     width: int = 24  # of the plain form's bar, in characters
@@ -262,9 +272,10 @@ class TrainProgress:
         return min(1.0, max(e.train_seconds / self.max_train_seconds, e.epoch / self.epochs))
 
     def stats(self, e) -> str:
-        mark = "  target reached" if e.val_accuracy >= self.target_accuracy else ""
+        mark = "  target reached" if self.target.met(e.value) else ""
+        name = "val_acc" if self.target.metric == ACCURACY else self.target.metric
         return (f"train {e.train_seconds:6.2f}/{self.max_train_seconds:g} s  epoch {e.epoch:5.2f}/{self.epochs:g}  "
-                f"val_acc {e.val_accuracy:.4f} (target {self.target_accuracy:g})  "
+                f"{name} {e.value:.4f} (target {self.target.value:g})  "
                 f"{e.samples_per_second:8.0f} samples/s{mark}")
 
     def line(self, e) -> str:

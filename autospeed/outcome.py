@@ -72,12 +72,14 @@ def ended_by_scheduler(best_value: float | None, target_value: float, train_seco
 
 
 def gap(best_value: float | None, target_value: float, mode: str = "max") -> float:
-    """Relative distance of `best_value` from the target, 0 when met, in [0, 1] for accuracy-like metrics."""
+    """Relative distance of `best_value` from the target in the metric's direction: 0 when met, at most 1
+    (so a trial that never evaluated, or got nowhere, is censored at 2 x the budget, below infeasible)."""
     if best_value is None or not math.isfinite(best_value):
         return 1.0
+    scale = abs(target_value) or 1.0  # a target of 0 (a perfect loss): the absolute distance
     if mode == "max":
-        return max(0.0, target_value - best_value) / abs(target_value)
-    return min(1.0, max(0.0, best_value - target_value) / abs(target_value))
+        return min(1.0, max(0.0, target_value - best_value) / scale)
+    return min(1.0, max(0.0, best_value - target_value) / scale)
 
 
 def median_tta(ttas: Iterable[float | None]) -> float | None:

@@ -6,14 +6,15 @@ are rejected on load with one line naming the file and key path.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autospeed.errors import UserError
-from autospeed.validation import raise_user_error
+from autospeed.validation import offered_metrics_note, raise_user_error
 from autospeed.yamlio import dump_yaml, load_yaml
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
@@ -22,6 +23,43 @@ CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False, validate_assignment=True)
+
+
+class Target(_Strict):
+    """The validation metric value that counts as trained: `metric` `mode`-wards of `value`
+    (max: metric >= value, min: metric <= value). Which metrics exist is the workload's to say."""
+
+    metric: str = Field(min_length=1)  # a metric the workload's evaluation reports, e.g. val_loss
+    mode: Literal["max", "min"]  # max: higher is better (accuracy); min: lower is better (loss)
+    value: float
+
+    @field_validator("value")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    def met(self, value: float | None) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        return value >= self.value if self.mode == "max" else value <= self.value
+
+    def describe(self) -> str:
+        """`val_loss <= 1.6`: the target as a person reads it."""
+        return f"{self.metric} {'>=' if self.mode == 'max' else '<='} {self.value:g}"
+
+
+ACCURACY = "val_accuracy"
+DEFAULT_TARGET_ACCURACY = 0.95
+
+
+def target_from(target: Target | None, target_accuracy: float | None) -> Target:
+    """The target a file means: `target`, or the `target_accuracy` shorthand, or the default."""
+    if target is not None:
+        return target
+    value = DEFAULT_TARGET_ACCURACY if target_accuracy is None else target_accuracy
+    return Target(metric=ACCURACY, mode="max", value=value)
 
 
 class Measured(_Strict):
@@ -50,7 +88,10 @@ class Recipe(_Strict):
 
     workload: str = "mnist1d"
     workload_options: dict[str, Any] = Field(default_factory=dict)
-    target_accuracy: float = Field(0.95, gt=0, le=1)
+    # Exactly one of: `target_accuracy: x` (shorthand for {metric: val_accuracy, mode: max, value: x})
+    # or `target: {metric, mode, value}`; neither means target_accuracy 0.95. `resolved_target` reads both.
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    target: Target | None = None
     max_train_seconds: float = Field(60.0, gt=0)  # budget on the train clock
     epochs: float = Field(10.0, gt=0)  # schedule length; the run also ends here
     eval_every_epochs: float = Field(0.5, gt=0)
@@ -59,7 +100,9 @@ class Recipe(_Strict):
 
     batch_size: int = Field(128, ge=1)  # micro-batch per step
     accumulation_steps: int = Field(1, ge=1)
-    optimizer: Literal["sgd", "adamw"] = "sgd"
+    # muon: torch.optim.Muon on the 2-D hidden weights, AdamW on the rest (optimizers.py)
+    optimizer: Literal["sgd", "adamw", "muon"] = "sgd"
+    optimizer_impl: Literal["default", "foreach", "fused"] = "default"  # torch's implementations
     lr: float = Field(0.05, gt=0)  # peak learning rate
     momentum: float = Field(0.9, ge=0, lt=1)  # SGD momentum (Nesterov), AdamW beta1
     weight_decay: float = Field(5e-4, ge=0)
@@ -77,11 +120,16 @@ class Recipe(_Strict):
     persistent_workers: bool = False
     cudnn_benchmark: bool = False
     activation_checkpointing: bool = False
+    # torch.nn.attention.sdpa_kernel backend for models that call scaled_dot_product_attention
+    attention: Literal["auto", "flash", "efficient", "cudnn", "math"] = "auto"
 
     measured: Measured | None = None  # written by `autospeed export`; ignored by training
 
     @model_validator(mode="after")
     def _consistent(self) -> "Recipe":
+        if self.target is not None and self.target_accuracy is not None:
+            raise ValueError("give either target_accuracy or target, not both; target_accuracy: x is short for "
+                             "target: {metric: val_accuracy, mode: max, value: x}")
         if self.eval_every_epochs > self.epochs:
             raise ValueError(
                 f"eval_every_epochs ({self.eval_every_epochs}) must be <= epochs ({self.epochs}); lower it"
@@ -89,6 +137,11 @@ class Recipe(_Strict):
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError("persistent_workers needs num_workers >= 1; set num_workers or drop persistent_workers")
         return self
+
+    @property
+    def resolved_target(self) -> Target:
+        """The target this recipe trains to (the `target_accuracy` shorthand resolved)."""
+        return target_from(self.target, self.target_accuracy)
 
     def training_fields(self) -> dict[str, Any]:
         """Every field that affects training (everything but `measured`)."""
@@ -107,7 +160,7 @@ def recipe_from_dict(data: Any, source: str) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except pydantic.ValidationError as e:
-        raise_user_error(e, source, Recipe)
+        raise_user_error(e, source, Recipe, offered_metrics_note(data))
         raise  # unreachable: raise_user_error always raises
 
 

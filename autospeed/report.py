@@ -6,9 +6,9 @@ draws PNG figures with matplotlib's Agg backend, writes a self-contained
 logs both under the search's parent run as artifacts in `report/`.
 
 Figures:
-    curves.png      validation accuracy against train seconds, every trial; target, baseline, winner
+    curves.png      the target metric against train seconds, every trial; target, baseline, winner
     tta.png         TTA per trial, sorted, coloured by status, baseline marked
-    tradeoff.png    TTA (or train seconds used) against best accuracy
+    tradeoff.png    TTA (or train seconds used) against the best value of the target metric
     importance.png  Optuna's parameter importances over the search's study
     confirm.png     confirmation medians with min and max (when confirmation ran)
 """
@@ -29,6 +29,7 @@ from typing import Any
 from autospeed import runs as res
 from autospeed import tracking as t
 from autospeed.outcome import Status
+from autospeed.recipe import ACCURACY, Target, target_from
 from autospeed.yamlio import atomic_path, write_atomic
 
 REPORT_ARTIFACT_DIR = "report"
@@ -43,7 +44,7 @@ BASELINE_COLOUR, WINNER_COLOUR = "#000000", "#1565c0"
 @dataclass
 class Curve:
     train_seconds: list[float]
-    val_accuracy: list[float]
+    values: list[float]  # of the search's target metric
 
 
 @dataclass
@@ -72,12 +73,21 @@ class SearchData:
     rows: list[res.TrialRow]
     curves: dict[str, Curve]
     confirmed: list[Confirmed]
-    target: float | None
+    target: float | None  # the target metric's value that counts as trained
     max_train_seconds: float | None
     importances: dict[str, float] | None
     environment: dict[str, str]
     run_names: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    target_metric: str = ACCURACY
+    target_mode: str = "max"
+
+    @property
+    def metric_label(self) -> str:
+        """The target metric as an axis reads it, with its direction."""
+        if self.target_metric == ACCURACY:
+            return "validation accuracy"
+        return f"{self.target_metric} ({'lower' if self.target_mode == 'min' else 'higher'} is better)"
 
     def label(self, row: res.TrialRow) -> str:
         """The trial's MLflow run name (what the MLflow UI lists), else its short trial id."""
@@ -108,10 +118,10 @@ def _last_attempt(history: list) -> list:
     return ms[start:]
 
 
-def curve(client, run_id: str) -> Curve:
-    """val_accuracy against train_seconds, aligned by step (both are logged at each evaluation's
+def curve(client, run_id: str, metric: str = ACCURACY) -> Curve:
+    """`metric` against train_seconds, aligned by step (both are logged at each evaluation's
     step), of the run's last attempt."""
-    acc = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, t.M_VAL_ACCURACY))}
+    acc = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, metric))}
     secs = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, t.M_TRAIN_SECONDS))}
     steps = sorted(set(acc) & set(secs))
     return Curve([secs[s] for s in steps], [acc[s] for s in steps])
@@ -152,6 +162,18 @@ def importances(path: Path, study_name: str) -> tuple[dict[str, float] | None, s
     return dict(imp), ("parameter importances rest on few trials per value range; read them as a hint" if few else None)
 
 
+def _search_target(rows: list[res.TrialRow], parent) -> Target:
+    """The search's target: from its trials' recipe params, else the parent's (space file) params."""
+    for r in rows:
+        if r.params.get("target") or r.params.get("target_accuracy"):
+            return r.target
+    p = parent.data.params
+    if p.get("target.metric"):
+        return Target(metric=p["target.metric"], mode=p["target.mode"], value=float(p["target.value"]))
+    accuracy = p.get("target_accuracy")
+    return target_from(None, float(accuracy) if accuracy not in (None, "", "None") else None)
+
+
 def _float_param(rows: list[res.TrialRow], parent, key: str, parent_key: str) -> float | None:
     for value in [parent.data.params.get(parent_key), *(r.params.get(key) for r in rows)]:
         try:
@@ -167,7 +189,8 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     children = res.child_runs(client, parent)
     rows = res.trial_rows(client, parent, runs=children)
     names = {run.info.run_id: run.info.run_name for run in children}
-    curves = {r.run_id: curve(client, r.run_id) for r in rows}
+    target = _search_target(rows, parent)
+    curves = {r.run_id: curve(client, r.run_id, target.metric) for r in rows}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
     # An extended search confirmed again: only the latest confirmation's runs count.
     latest = parent.data.metrics.get(t.M_CONFIRM_TRIALS)
@@ -189,7 +212,7 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
             break
     return SearchData(
         name=name, search_id=search_id, parent=parent, rows=rows, curves=curves, confirmed=confirmed,
-        target=_float_param(rows, parent, "target_accuracy", "target_accuracy"),
+        target=target.value, target_metric=target.metric, target_mode=target.mode,
         max_train_seconds=_float_param(rows, parent, "max_train_seconds", "budget.max_train_seconds"),
         importances=imp, environment=env, run_names=names, notes=[why] if why else [])
 
@@ -221,14 +244,14 @@ def plot_curves(d: SearchData, path: Path) -> Path:
         c = d.curves.get(r.run_id)
         if not c or not c.train_seconds or r in (winner, base):
             continue
-        ax.plot(c.train_seconds, c.val_accuracy, color=STATUS_COLOURS.get(r.status, "#777"), alpha=0.55, lw=1,
+        ax.plot(c.train_seconds, c.values, color=STATUS_COLOURS.get(r.status, "#777"), alpha=0.55, lw=1,
                 marker="o", ms=3)
     for r, colour, text in ((base, BASELINE_COLOUR, "baseline"), (winner, WINNER_COLOUR, "winner")):
         c = d.curves.get(r.run_id) if r is not None else None
         if c and c.train_seconds:
             tta = f", TTA {r.tta_seconds:.2f} s" if r.reached else f", {r.status}"
             who = "" if r.baseline else f"{d.label(r)}, "
-            ax.plot(c.train_seconds, c.val_accuracy, color=colour, lw=2.4, ls="--" if r.baseline else "-",
+            ax.plot(c.train_seconds, c.values, color=colour, lw=2.4, ls="--" if r.baseline else "-",
                     marker="o", ms=4, label=f"{text} ({who}{tta.removeprefix(', ')})", zorder=5)
             if r.reached:
                 ax.plot([r.tta_seconds], [d.target], marker="o", color=colour, ms=8, zorder=6)
@@ -242,10 +265,10 @@ def plot_curves(d: SearchData, path: Path) -> Path:
     for status in sorted({r.status for r in d.rows if r not in (winner, base)}):
         ax.plot([], [], color=STATUS_COLOURS.get(status, "#777"), alpha=0.6, label=f"other trials: {status}")
     ax.set_xlabel("train clock (s, evaluation excluded)")
-    ax.set_ylabel("validation accuracy")
+    ax.set_ylabel(d.metric_label)
     ax.set_title(f"Time to target: every trial of '{d.name}'")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="lower right" if d.target_mode == "max" else "upper right")
     return _save(fig, path)
 
 
@@ -292,13 +315,13 @@ def plot_tradeoff(d: SearchData, path: Path) -> Path:
     for r in d.rows:
         c = d.curves.get(r.run_id)
         x = r.tta_seconds if r.reached else (c.train_seconds[-1] if c and c.train_seconds else None)
-        if x is None or r.best_val_accuracy is None:
+        if x is None or r.best_value is None:
             continue
-        ax.scatter([x], [r.best_val_accuracy], s=90 if r.baseline or r is d.winner else 40,
+        ax.scatter([x], [r.best_value], s=90 if r.baseline or r is d.winner else 40,
                    color=STATUS_COLOURS.get(r.status, "#777"), marker="o" if r.reached else ">",
                    edgecolor="black" if r.baseline else "none", linewidth=1.5, zorder=3)
         if r.baseline or r is d.winner:
-            ax.annotate("baseline" if r.baseline else "winner", (x, r.best_val_accuracy), fontsize=8,
+            ax.annotate("baseline" if r.baseline else "winner", (x, r.best_value), fontsize=8,
                         xytext=(6, 4), textcoords="offset points")
     if d.target is not None:
         ax.axhline(d.target, color="#c62828", lw=1, ls=":", label=f"target {d.target:g}")
@@ -306,10 +329,10 @@ def plot_tradeoff(d: SearchData, path: Path) -> Path:
         ax.scatter([], [], color=STATUS_COLOURS.get(status, "#777"), marker="o" if status == Status.REACHED else ">",
                    label=status)
     ax.set_xlabel("TTA in train-clock s (o); train seconds used when not reached (>)")
-    ax.set_ylabel("best validation accuracy")
-    ax.set_title("Speed against accuracy")
+    ax.set_ylabel(f"best {d.metric_label}")
+    ax.set_title(f"Speed against {d.target_metric}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="lower right" if d.target_mode == "max" else "upper right")
     return _save(fig, path)
 
 
@@ -391,9 +414,9 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
            f"<style>{_CSS}</style></head><body>",
            f"<h1>autospeed report: {e(d.name)}</h1>",
            f"<p class='muted'>search {e(d.search_id)} &middot; parent run {e(d.parent.info.run_id)} &middot; "
-           f"target {e(str(d.target))} &middot; budget {e(str(d.max_train_seconds))} s per trial &middot; "
+           f"target {e(d.target_metric)} {'&ge;' if d.target_mode == 'max' else '&le;'} {e(str(d.target))} &middot; budget {e(str(d.max_train_seconds))} s per trial &middot; "
            f"generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
-           f"<p class='muted'>TTA = train-clock seconds to the first evaluation at or above the target "
+           f"<p class='muted'>TTA = train-clock seconds to the first evaluation that meets the target "
            f"(evaluation off the clock). Measured on: {e(where or 'unknown')}.</p>",
            *([f"<p class='note' id='placement'>Note: {e(placement)}.</p>"] if placement else []),
            "<div class='cards'>" + "".join(f"<div class='card'>{e(k)}<b>{e(v)}</b></div>" for k, v in cards)
@@ -402,8 +425,8 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
     if winner is not None:
         out.append(f"<p>Winner: <b>{e(d.label(winner))} (trial {e(winner.trial_id)})</b> with {e(winner.knobs())}.</p>")
     else:
-        out.append("<p class='note'>No trial reached the target: raise budget.max_train_seconds or lower "
-                   "target_accuracy and search again.</p>")
+        out.append("<p class='note'>No trial reached the target: raise budget.max_train_seconds or loosen "
+                   "the target and search again.</p>")
     if d.confirmed:
         out.append("<h2>Confirmation runs</h2><table><tr><th>recipe</th><th>median TTA s</th><th>min</th>"
                    "<th>max</th><th>reached</th><th>vs baseline median</th></tr>")
@@ -419,7 +442,7 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
         out.append(f"<h2>{e(caption.split(':')[0])}</h2><figure><img id='fig-{e(key)}' alt='{e(key)}' "
                    f"src='{_data_uri(path)}'><figcaption>{e(caption)}</figcaption></figure>")
     out.append("<h2>Leaderboard</h2><table><tr><th>#</th><th>MLflow run</th><th>trial id</th><th>status</th>"
-               "<th>TTA s</th><th>best acc</th><th>vs baseline</th>"
+               f"<th>TTA s</th><th>best {e(d.target_metric)}</th><th>vs baseline</th>"
                + ("<th>node</th>" if len(nodes) > 1 else "") + ("<th>device</th>" if len(devices) > 1 else "")
                + "<th>knobs</th></tr>")
     base_row = d.baseline
@@ -428,7 +451,7 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
         out.append(f"<tr><td>{i}</td><td>{e(d.label(r))}</td><td>{e(r.trial_id)}</td>"
                    f"<td style='color:{STATUS_COLOURS.get(r.status, '#777')}'>{e(r.status)}</td>"
                    f"<td>{_fmt(r.tta_seconds if r.reached else None)}</td>"
-                   f"<td>{'-' if r.best_val_accuracy is None else f'{r.best_val_accuracy:.4f}'}</td>"
+                   f"<td>{'-' if r.best_value is None else f'{r.best_value:.4f}'}</td>"
                    f"<td>{_fmt(sp, 'x')}</td>"
                    + (f"<td>{e(res.short_node(r.node) if r.node else '-')}</td>" if len(nodes) > 1 else "")
                    + (f"<td>{e(r.device or '-')}</td>" if len(devices) > 1 else "")
@@ -460,12 +483,13 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     figures: dict[str, tuple[Path, str]] = {}
     if d.rows:
         figures["curves"] = (plot_curves(d, out / "curves.png"),
-                             "Time to target: validation accuracy against train-clock seconds for every trial; "
+                             f"Time to target: {d.target_metric} against train-clock seconds for every trial; "
                              "the dotted red line is the target, the dot where the winner and baseline cross it is their TTA")
         figures["tta"] = (plot_tta(d, out / "tta.png"),
                           "TTA per trial: sorted, coloured by status; the baseline has a black outline")
         figures["tradeoff"] = (plot_tradeoff(d, out / "tradeoff.png"),
-                               "Speed against accuracy: each trial's TTA (or train seconds used) and best accuracy")
+                               f"Speed against {d.target_metric}: each trial's TTA (or train seconds used) "
+                               f"and best {d.target_metric}")
     else:
         d.notes.append("the search has no trial runs yet")
     if d.importances:

@@ -6,6 +6,7 @@ final summary, `autospeed export` and `autospeed report` all read it here.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from autospeed import tracking as t
 from autospeed.errors import RunFailure
 from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
+from autospeed.recipe import Target, target_from
 
 KEY_KNOBS = ("batch_size", "accumulation_steps", "lr", "schedule", "precision", "compile", "optimizer")
 
@@ -36,6 +38,12 @@ class TrialRow:
     duplicate_of: str | None = None  # trial id of the earlier trial with the same recipe (not trained again)
     node: str | None = None  # autospeed.env.node: "host/<Ray node id>" under Ray, else the host name
     device: str | None = None  # autospeed.env.device_name: the GPU's or the CPU's name
+    best_value: float | None = None  # best value of the target metric, in its direction
+
+    @property
+    def target(self) -> Target:
+        """The target the run trained to, from its recipe params."""
+        return target_of_params(self.params)
 
     @property
     def reached(self) -> bool:
@@ -43,6 +51,14 @@ class TrialRow:
 
     def knobs(self) -> str:
         return " ".join(f"{k}={_short(self.params[k])}" for k in KEY_KNOBS if k in self.params)
+
+
+def target_of_params(params: dict[str, str]) -> Target:
+    """A run's target from its MLflow params (`target` as JSON, or the `target_accuracy` shorthand)."""
+    if params.get("target"):
+        return Target.model_validate(json.loads(params["target"]))
+    accuracy = params.get("target_accuracy")
+    return target_from(None, float(accuracy) if accuracy not in (None, "", "None") else None)
 
 
 def _short(value: str) -> str:
@@ -93,6 +109,8 @@ def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = Non
             params=dict(run.data.params), start_ms=run.info.start_time or 0,
             error=tags.get(t.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(t.TAG_DUPLICATE_OF),
             node=tags.get(t.TAG_NODE), device=tags.get(t.TAG_DEVICE_NAME),
+            # runs from before targets were general logged only best_val_accuracy
+            best_value=m.get(t.M_BEST_VALUE, m.get(t.M_BEST_VAL_ACCURACY)),
         ))
     return rows
 
@@ -162,16 +180,17 @@ def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
     nodes, devices = placement(rows)
     extra = (["node"] if len(nodes) > 1 else []) + (["device"] if len(devices) > 1 else [])
     head = "".join(f" {'node':<18}" if c == "node" else f" {'device':<24}" for c in extra)
-    lines = [f"{'#':>3}  {'trial':<14} {'status':<13} {'TTA s':>8} {'best acc':>8} {'vs base':>8}{head}  knobs"]
+    metric = shown[0].target.metric if shown else "value"
+    lines = [f"{'#':>3}  {'trial':<14} {'status':<13} {'TTA s':>8} {('best ' + metric)[:14]:>14} {'vs base':>8}{head}  knobs"]
     for i, r in enumerate(shown, 1):
         tta = f"{r.tta_seconds:.2f}" if r.reached else "-"
-        acc = f"{r.best_val_accuracy:.4f}" if r.best_val_accuracy is not None else "-"
+        acc = f"{r.best_value:.4f}" if r.best_value is not None else "-"
         sp = speedup(base, r)
         vs = f"{sp:.2f}x" if sp else "-"
         label = "baseline" if r.baseline else r.trial_id[-14:]
         where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node" else f" {(r.device or '-')[:24]:<24}"
                         for c in extra)
-        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13} {tta:>8} {acc:>8} {vs:>8}{where}  {r.knobs()}")
+        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13} {tta:>8} {acc:>14} {vs:>8}{where}  {r.knobs()}")
     note = placement_note(rows)
     if note:
         lines.append(f"note: {note}")
@@ -185,13 +204,13 @@ def leaderboard_csv(rows: list[TrialRow]) -> str:
     buf = io.StringIO()
     knob_names = sorted({k for r in rows for k in r.params})
     w = csv.writer(buf)
-    w.writerow(["rank", "trial_id", "run_id", "baseline", "status", "tta_seconds", "best_val_accuracy",
+    w.writerow(["rank", "trial_id", "run_id", "baseline", "status", "tta_seconds", "best_value", "best_val_accuracy",
                 "objective", "wall_seconds", "duplicate_of", "node", "device", *knob_names])
     order = ranked(rows)
     for i, r in enumerate(order + [r for r in rows if r.duplicate_of], 1):
-        w.writerow([i if i <= len(order) else "", r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds, r.best_val_accuracy,
-                    r.objective, r.wall_seconds, r.duplicate_of or "", r.node or "", r.device or "",
-                    *[r.params.get(k, "") for k in knob_names]])
+        w.writerow([i if i <= len(order) else "", r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds,
+                    r.best_value, r.best_val_accuracy, r.objective, r.wall_seconds, r.duplicate_of or "",
+                    r.node or "", r.device or "", *[r.params.get(k, "") for k in knob_names]])
     return buf.getvalue()
 
 

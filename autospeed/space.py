@@ -14,13 +14,13 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autospeed.errors import UserError
-from autospeed.recipe import KNOB_FIELDS, Recipe
-from autospeed.validation import key_path, raise_user_error
-from autospeed.workloads import check_options
+from autospeed.recipe import KNOB_FIELDS, Recipe, Target, target_from
+from autospeed.validation import key_path, offered_metrics_note, raise_user_error
+from autospeed.workloads import check_options, check_target, offered_metrics
 from autospeed.yamlio import load_yaml
 
 # Recipe fields the file sets at the top level, not per parameter.
-_TOP_LEVEL = ("workload", "workload_options", "target_accuracy", "max_train_seconds")
+_TOP_LEVEL = ("workload", "workload_options", "target_accuracy", "target", "max_train_seconds")
 SEARCHABLE = tuple(f for f in KNOB_FIELDS if f not in _TOP_LEVEL)
 
 
@@ -106,7 +106,9 @@ class SearchSpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     workload: str = "mnist1d"
     workload_options: dict[str, Any] = Field(default_factory=dict)
-    target_accuracy: float = Field(gt=0, le=1)
+    # exactly one of the two; `target_accuracy: x` is short for {metric: val_accuracy, mode: max, value: x}
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    target: Target | None = None
     budget: Budget = Field(default_factory=Budget)
     asha: Asha = Field(default_factory=Asha)
     sampler: Sampler = Field(default_factory=Sampler)
@@ -117,10 +119,23 @@ class SearchSpec(_Strict):
     space: dict[str, Param]
     max_consecutive_errors: int = Field(5, ge=1)  # same error this many trials in a row stops the search
 
+    @model_validator(mode="after")
+    def _one_target(self) -> "SearchSpec":
+        if (self.target is None) == (self.target_accuracy is None):
+            raise ValueError("give exactly one of target_accuracy (e.g. 0.95) or target "
+                             "(e.g. {metric: val_loss, mode: min, value: 1.6})")
+        return self
+
+    @property
+    def resolved_target(self) -> Target:
+        return target_from(self.target, self.target_accuracy)
+
     # ---- recipes ----
     def base(self) -> dict[str, Any]:
-        return {"workload": self.workload, "workload_options": self.workload_options,
-                "target_accuracy": self.target_accuracy, "max_train_seconds": self.budget.max_train_seconds}
+        target = ({"target": self.target.model_dump()} if self.target is not None
+                  else {"target_accuracy": self.target_accuracy})
+        return {"workload": self.workload, "workload_options": self.workload_options, **target,
+                "max_train_seconds": self.budget.max_train_seconds}
 
     def recipe_for(self, params: dict[str, Any], baseline: bool = False) -> Recipe:
         layers = {**self.base(), **self.fixed, **(self.baseline if baseline else params)}
@@ -213,11 +228,14 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
     try:
         spec = SearchSpec.model_validate(data)
     except pydantic.ValidationError as e:
-        raise_user_error(e, source, SearchSpec)
+        raise_user_error(e, source, SearchSpec, offered_metrics_note(data))
         raise
     _check_layers(spec, source)
     try:
         check_options(spec.workload, spec.workload_options)
+        metrics = offered_metrics(spec.workload)  # a plugin's are checked once it is built (search preflight)
+        if metrics is not None:
+            check_target(spec.resolved_target, metrics, spec.workload, shorthand=spec.target is None)
     except UserError as e:  # the workload layer does not know which file named it
         raise UserError(f"{source}: {e}") from None
     return spec

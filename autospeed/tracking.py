@@ -42,14 +42,16 @@ TAG_DEVICE_NAME = "autospeed.env.device_name"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
 
 # ---- metrics ----
-# per evaluation, step = optimizer step
+# per evaluation, step = optimizer step: these and every metric the workload reports (val_accuracy, val_loss, ...)
 M_VAL_ACCURACY = "val_accuracy"
 M_TRAIN_LOSS = "train_loss"
 M_TRAIN_SECONDS = "train_seconds"
 M_SAMPLES_PER_SECOND = "samples_per_second"
-EVAL_METRICS = (M_VAL_ACCURACY, M_TRAIN_LOSS, M_TRAIN_SECONDS, M_SAMPLES_PER_SECOND)
-# final, once per run
+EVAL_METRICS = (M_TRAIN_LOSS, M_TRAIN_SECONDS, M_SAMPLES_PER_SECOND)
+METRIC_NAMES = "metric_names"  # key of a trial's report listing the workload's metrics in it
+# final, once per run: these and best_<metric> for every metric the workload reports
 M_TTA = "tta_seconds"
+M_BEST_VALUE = "best_value"  # best value of the target metric, in its direction
 M_BEST_VAL_ACCURACY = "best_val_accuracy"
 M_OBJECTIVE = "objective"
 M_WALL_SECONDS = "wall_seconds"
@@ -214,15 +216,22 @@ def log_batch(client, run_id: str, metric_list: Iterable = (), params: dict[str,
         metric_list, param_list, tag_list = metric_list[1000:], param_list[100:], tag_list[100:]
 
 
-def eval_metrics(event: dict[str, Any]) -> list:
-    """The per-evaluation metrics of one EvalEvent (as a dict), at its optimizer step."""
-    return metrics({k: event[k] for k in EVAL_METRICS if k in event}, step=int(event["step"]))
+def eval_metrics(event: dict[str, Any], names: Iterable[str] | None = None) -> list:
+    """The per-evaluation metrics of one evaluation (a history row or a trial's report), at its optimizer
+    step: train loss, train seconds, samples/s and the workload's metrics (`names`, else the event's
+    `metric_names`, else val_accuracy)."""
+    names = list(names if names is not None else event.get(METRIC_NAMES) or [M_VAL_ACCURACY])
+    return metrics({k: event[k] for k in (*EVAL_METRICS, *names) if event.get(k) is not None},
+                   step=int(event["step"]))
 
 
 def final_metrics(result: dict[str, Any], objective: float | None = None) -> list:
+    """tta_seconds (reached only), best_value and best_<metric> of every metric, times, memory, objective."""
+    best = {k: v for k, v in result.items() if k.startswith("best_") and isinstance(v, (int, float))
+            and not isinstance(v, bool)}
     values = {
         M_TTA: result.get("tta_seconds"),
-        M_BEST_VAL_ACCURACY: result.get("best_val_accuracy"),
+        **best,
         M_WALL_SECONDS: result.get("wall_seconds"),
         M_COMPILE_SECONDS: result.get("compile_seconds"),
         M_PEAK_MEMORY_MB: result.get("peak_memory_mb"),
@@ -256,7 +265,7 @@ def finish_run(client, run_id: str, recipe, result) -> None:
     recipe.yaml; FAILED for an infeasible run. Shared by `autospeed train` and confirmation runs."""
     from mlflow.entities import RunStatus
 
-    per_eval = [m for event in result.history for m in eval_metrics(event)]
+    per_eval = [m for event in result.history for m in eval_metrics(event, result.best_metrics)]
     tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]

@@ -7,7 +7,8 @@ Timing rules (DESIGN.md "What is timed"):
     `compile_seconds`, `first_step_seconds`);
   * evaluation pauses it; `wall_seconds` counts everything;
   * on CUDA the clock is read only after `torch.cuda.synchronize()`;
-  * TTA = train seconds at the first evaluation with accuracy >= target.
+  * TTA = train seconds at the first evaluation that meets the target (any metric the
+    workload reports, in its direction: `val_accuracy >= 0.95`, `val_loss <= 1.6`).
 
 The trainer imports torch and the standard library only. Evaluations go out
 through the `on_eval` callback; returning True from it stops the run (status
@@ -24,14 +25,15 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from autospeed.data import Batches, ValBatches
 from autospeed.environment import PeakMemory, environment
+from autospeed.optimizers import build_optimizers, build_schedule
 from autospeed.outcome import Status, objective
 from autospeed.recipe import Recipe
 from autospeed.workloads import Workload, load_workload
-
-EVAL_BATCH_SIZE = 1024
 
 
 @dataclass
@@ -43,14 +45,29 @@ class EvalEvent:
     samples: int  # training samples seen so far
     train_seconds: float
     wall_seconds: float
-    val_accuracy: float
-    best_val_accuracy: float
+    metrics: dict[str, float]  # this evaluation: every metric the workload reports (val_accuracy, val_loss, ...)
+    value: float  # this evaluation's value of the target metric
+    best_value: float  # best value of the target metric so far, in its direction
     train_loss: float  # mean over the steps since the previous evaluation
     samples_per_second: float  # over the steps since the previous evaluation
-    reached: bool  # best_val_accuracy >= target
+    reached: bool  # best_value meets the target
     compile_seconds: float  # so far (all of it is in the first step)
     peak_memory_mb: float | None  # so far (None where it cannot be measured per run)
     objective: float  # the censored objective if the run ended now (outcome.objective)
+    best_metrics: dict[str, float] = field(default_factory=dict)  # best of each metric so far, in its direction
+
+    @property
+    def val_accuracy(self) -> float | None:
+        return self.metrics.get("val_accuracy")
+
+    @property
+    def best_val_accuracy(self) -> float | None:
+        return self.best_metrics.get("val_accuracy")
+
+    def flat(self) -> dict[str, float]:
+        """One history row: the scalars and every metric at the top level."""
+        row = {k: v for k, v in asdict(self).items() if k not in ("metrics", "best_metrics", "reached")}
+        return {**row, **self.metrics, **{f"best_{k}": v for k, v in self.best_metrics.items()}}
 
 
 @dataclass
@@ -59,7 +76,9 @@ class TrainResult:
 
     status: Status
     tta_seconds: float | None
-    best_val_accuracy: float
+    target: dict[str, Any]  # {metric, mode, value}
+    best_value: float | None  # best value of the target metric, in its direction
+    best_metrics: dict[str, float]  # best of every metric the workload reports, each in its direction
     objective: float  # the censored objective of this outcome (outcome.objective)
     train_seconds: float
     wall_seconds: float
@@ -75,8 +94,16 @@ class TrainResult:
     error: str | None = None
     history: list[dict[str, float]] = field(default_factory=list)
 
+    @property
+    def best_val_accuracy(self) -> float | None:
+        return self.best_metrics.get("val_accuracy")
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status.value}
+        """The result object: the best of each metric as `best_<metric>` (best_val_accuracy, best_val_loss, ...)."""
+        out = {k: v for k, v in asdict(self).items() if k != "best_metrics"}
+        out.update({f"best_{k}": v for k, v in self.best_metrics.items()})
+        out["status"] = self.status.value
+        return out
 
 
 class _Checkpointed(nn.Module):
@@ -139,32 +166,6 @@ def _autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
-def build_optimizer(recipe: Recipe, model: nn.Module) -> torch.optim.Optimizer:
-    if recipe.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum,
-                               nesterov=recipe.momentum > 0, weight_decay=recipe.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(recipe.momentum, 0.999),
-                             weight_decay=recipe.weight_decay)
-
-
-def build_schedule(recipe: Recipe, optimizer: torch.optim.Optimizer, total_steps: int):
-    """torch's own schedulers, stepped once per optimizer step over `total_steps`."""
-    sched = torch.optim.lr_scheduler
-    if recipe.schedule == "onecycle":
-        return sched.OneCycleLR(optimizer, max_lr=recipe.lr, total_steps=max(total_steps, 2))
-    warmup = int(recipe.warmup_fraction * total_steps)
-    rest = max(total_steps - warmup, 1)
-    main = {
-        "constant": lambda: sched.ConstantLR(optimizer, factor=1.0, total_iters=0),
-        "cosine": lambda: sched.CosineAnnealingLR(optimizer, T_max=rest),
-        "linear": lambda: sched.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=rest),
-    }[recipe.schedule]()
-    if warmup == 0:
-        return main
-    ramp = sched.LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup)
-    return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
-
-
 # Compile modes that capture CUDA graphs, and the same mode without them. CUDA graphs cannot accumulate
 # gradients over micro-batches: the first micro-batch's gradients are outputs of the backward graph, which
 # its next replay overwrites ("accessing tensor output of CUDAGraphs that has been overwritten by a
@@ -199,69 +200,57 @@ def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, appl
     return train_model, model
 
 
-class _Batches:
-    """Yields training micro-batches on the device, one epoch at a time.
+def cross_entropy_loss(label_smoothing: float) -> Callable[[nn.Module, Any], torch.Tensor]:
+    """The default loss: cross-entropy of model(x) against the class labels y."""
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
 
-    `device` keeps the whole dataset on the device and slices shuffled batches
-    there; `dataloader` uses torch's DataLoader with the recipe's worker knobs.
-    Both drop the last incomplete effective batch, so every optimizer step sees
-    batch_size x accumulation_steps samples.
+    def loss(model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        return loss_fn(model(x), y)
+
+    return loss
+
+
+def evaluate_classifier(model: nn.Module, batches) -> dict[str, float]:
+    """The default evaluation: top-1 `val_accuracy` and mean cross-entropy `val_loss` (nats per example)."""
+    correct = loss_sum = None
+    count = 0
+    for x, y in batches:
+        logits = model(x)
+        hits = (logits.argmax(1) == y).sum()
+        nats = F.cross_entropy(logits.float(), y, reduction="sum")
+        correct = hits if correct is None else correct + hits  # summed on the device: one sync at the end
+        loss_sum = nats if loss_sum is None else loss_sum + nats
+        count += len(y)
+    return {"val_accuracy": correct.item() / count, "val_loss": loss_sum.item() / count}
+
+
+_SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                  "math": "MATH"}
+
+
+def attention_backend(recipe: Recipe, device: torch.device, dtype: torch.dtype | None,
+                      applied: dict[str, Any]) -> Callable[[], Any]:
+    """A context factory that pins scaled_dot_product_attention to the recipe's backend.
+
+    A backend the device lacks (efficient or cudnn on a CPU, flash in fp32 on a GPU) is a
+    no-op recorded as `applied["attention"] = "auto"`: a tiny causal attention call under
+    `sdpa_kernel` decides, with the run's compute dtype.
     """
+    applied["attention"] = "auto"
+    if recipe.attention == "auto":
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def __init__(self, recipe: Recipe, workload: Workload, device: torch.device, channels_last: bool):
-        self.recipe, self.device, self.channels_last = recipe, device, channels_last
-        self.effective = recipe.batch_size * recipe.accumulation_steps
-        self.n = len(workload.train_x)
-        if self.effective > self.n:
-            raise ValueError(f"batch_size x accumulation_steps = {self.effective} exceeds the "
-                             f"{self.n} training samples; lower batch_size or accumulation_steps")
-        self.steps_per_epoch = self.n // self.effective
-        self.generator = torch.Generator().manual_seed(recipe.seed)
-        self.non_blocking = recipe.pin_memory and device.type == "cuda"  # pinned host memory copies async
-        if recipe.data_loader == "device":
-            self.x, self.y = workload.train_x.to(device), workload.train_y.to(device)
-        else:
-            dataset = torch.utils.data.TensorDataset(workload.train_x, workload.train_y)
-            workers = recipe.num_workers
-            self.loader = torch.utils.data.DataLoader(
-                dataset, batch_size=recipe.batch_size, shuffle=True, drop_last=True, generator=self.generator,
-                num_workers=workers, pin_memory=self.non_blocking,
-                prefetch_factor=recipe.prefetch_factor if workers > 0 else None,
-                persistent_workers=recipe.persistent_workers and workers > 0)
-
-    def _layout(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
-
-    def epoch(self):
-        usable = self.steps_per_epoch * self.effective
-        if self.recipe.data_loader == "device":
-            order = torch.randperm(self.n, generator=self.generator)[:usable].to(self.device)
-            for start in range(0, usable, self.recipe.batch_size):
-                idx = order[start:start + self.recipe.batch_size]
-                yield self._layout(self.x[idx]), self.y[idx]  # already on the device: no copy per step
-        else:
-            for i, (x, y) in enumerate(self.loader):
-                if i * self.recipe.batch_size >= usable:
-                    break
-                yield (self._layout(x.to(self.device, non_blocking=self.non_blocking)),
-                       y.to(self.device, non_blocking=self.non_blocking))
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast_dtype, channels_last: bool) -> float:
-    """Top-1 accuracy on (x, y), both already on the device."""
-    was_training = model.training
-    model.eval()
-    correct = torch.zeros((), dtype=torch.int64, device=x.device)
-    for start in range(0, len(x), EVAL_BATCH_SIZE):
-        xb = x[start:start + EVAL_BATCH_SIZE]
-        if channels_last:
-            xb = xb.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(x.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            logits = model(xb)
-        correct += (logits.argmax(1) == y[start:start + EVAL_BATCH_SIZE]).sum()
-    model.train(was_training)
-    return correct.item() / len(x)
+    backend = getattr(SDPBackend, _SDPA_BACKENDS[recipe.attention])
+    q = torch.zeros(1, 2, 16, 16, device=device, dtype=dtype or torch.float32)
+    try:
+        with sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    except RuntimeError:  # "No available kernel": this device or dtype has no such backend
+        return contextlib.nullcontext
+    applied["attention"] = recipe.attention
+    return lambda: sdpa_kernel(backend)
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -283,6 +272,7 @@ def train(
     if num_threads:
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
+    target = recipe.resolved_target
     # Every run pays for its own compilation: without this, a reused process (a Ray
     # actor running many trials) would find the graphs of an earlier run cached in
     # memory and undercharge compiled recipes. Inductor's on-disk cache stays, as it
@@ -291,24 +281,27 @@ def train(
     torch.manual_seed(recipe.seed)
     device = pick_device(recipe)
     applied: dict[str, Any] = {"device": device.type, "precision": recipe.precision,
-                               "data_loader": recipe.data_loader, "accumulation_steps": recipe.accumulation_steps,
+                               "accumulation_steps": recipe.accumulation_steps,
                                # pinned memory only helps host-to-GPU copies; onecycle has its own warm-up
-                               "pin_memory": recipe.pin_memory and recipe.data_loader == "dataloader"
-                               and device.type == "cuda",
-                               "warmup_fraction": 0.0 if recipe.schedule == "onecycle" else recipe.warmup_fraction}
+                               "pin_memory": recipe.pin_memory and device.type == "cuda"
+                               and (recipe.data_loader == "dataloader" or workload.uses_datasets),
+                               "warmup_fraction": 0.0 if recipe.schedule == "onecycle" else recipe.warmup_fraction,
+                               # the default loss smooths labels; a workload's own loss decides for itself
+                               "label_smoothing": recipe.label_smoothing if workload.loss is None else 0.0}
     _set_backend_knobs(recipe, device, applied)
     peak = PeakMemory(device)  # this run's peak only, also in a reused process
 
-    state = {"status": Status.NOT_REACHED, "tta": None, "best": 0.0, "step": 0, "samples": 0, "evals": 0,
-             "compile_seconds": 0.0, "first_step_seconds": 0.0, "error": None, "steps_per_epoch": 1}
+    state = {"status": Status.NOT_REACHED, "tta": None, "best": None, "best_metrics": {}, "step": 0, "samples": 0,
+             "evals": 0, "compile_seconds": 0.0, "first_step_seconds": 0.0, "error": None, "steps_per_epoch": 1}
     history: list[dict[str, float]] = []
     clock = _Clock(device)
     try:
         train_model, eval_model = prepare_model(recipe, workload, device, applied)
-        batches = _Batches(recipe, workload, device, applied["channels_last"])
+        batches = Batches(recipe, workload, device, applied["channels_last"])
+        applied["data_loader"] = batches.applied_loader
         state["steps_per_epoch"] = batches.steps_per_epoch
-        val_x, val_y = workload.val_x.to(device), workload.val_y.to(device)
-        _train_loop(recipe, workload, device, train_model, eval_model, batches, val_x, val_y,
+        val_batches = ValBatches(recipe, workload, device, applied["channels_last"])
+        _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
                     clock, state, history, on_eval, wall_start, applied, peak)
     except Exception as e:  # every failure becomes a status the caller can act on
         if clock.started is not None:
@@ -319,12 +312,14 @@ def train(
             torch.cuda.empty_cache()
 
     train_seconds = clock.total
+    applied.setdefault("data_loader", recipe.data_loader)
     applied["autocast"] = {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none")
     applied["grad_scaler"] = recipe.precision == "fp16"
     return TrainResult(
-        status=state["status"], tta_seconds=state["tta"], best_val_accuracy=state["best"],
-        objective=objective(state["status"], state["tta"], state["best"], recipe.target_accuracy,
-                            recipe.max_train_seconds),
+        status=state["status"], tta_seconds=state["tta"], target=target.model_dump(), best_value=state["best"],
+        best_metrics=state["best_metrics"],
+        objective=objective(state["status"], state["tta"], state["best"], target.value, recipe.max_train_seconds,
+                            target.mode),
         train_seconds=train_seconds, wall_seconds=time.perf_counter() - wall_start,
         compile_seconds=state["compile_seconds"], first_step_seconds=state["first_step_seconds"],
         peak_memory_mb=peak.mb(),
@@ -335,15 +330,43 @@ def train(
     )
 
 
-def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_x, val_y,
+def _evaluate(workload: Workload, eval_model: nn.Module, val_batches, autocast, attention) -> dict[str, float]:
+    """Every metric the workload reports, in eval mode without gradients, off the train clock."""
+    evaluate = workload.evaluate or evaluate_classifier
+    was_training = eval_model.training
+    eval_model.eval()
+    try:
+        with torch.no_grad(), autocast(), attention():
+            values = {k: float(v) for k, v in dict(evaluate(eval_model, val_batches)).items()}
+    finally:
+        eval_model.train(was_training)
+    missing = [k for k in workload.metrics if k not in values]
+    if missing:
+        raise ValueError(f"workload {workload.name!r}: evaluate() returned {sorted(values)} but the workload's "
+                         f"metrics also name {missing}; return every metric it declares")
+    return values
+
+
+def _better(mode: str, a: float | None, b: float) -> float:
+    if a is None or not math.isfinite(a):
+        return b
+    if not math.isfinite(b):
+        return a
+    return max(a, b) if mode == "max" else min(a, b)
+
+
+def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
                 clock, state, history, on_eval, wall_start, applied, peak) -> None:
+    target = recipe.resolved_target
     autocast_dtype = _autocast_dtype(recipe.precision)
-    optimizer = build_optimizer(recipe, train_model)
+    optimizers = build_optimizers(recipe, train_model, applied)
     total_steps = max(1, math.ceil(recipe.epochs * batches.steps_per_epoch))
     eval_every = max(1, round(recipe.eval_every_epochs * batches.steps_per_epoch))
-    scheduler = build_schedule(recipe, optimizer, total_steps)
+    schedulers = [build_schedule(recipe, o, total_steps) for o in optimizers]
     scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    loss_of = workload.loss or cross_entropy_loss(recipe.label_smoothing)
+    attention = attention_backend(recipe, device, autocast_dtype, applied)
+    augment = workload.augment
     k = recipe.accumulation_steps
     # The hot loop pays only for the knobs in use: no autocast context in fp32/tf32
     # and no loss division without accumulation (experiments/trainer_overhead.py).
@@ -352,6 +375,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     else:
         def autocast():
             return torch.autocast(device.type, dtype=autocast_dtype)
+    pinned_attention = attention is not contextlib.nullcontext
     train_model.train()
 
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
@@ -359,21 +383,27 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     micro = 0
     clock.start()
     while True:
-        for x, y in batches.epoch():
-            if workload.augment is not None:
-                x = workload.augment(x)
+        for batch in batches.epoch():
+            if augment is not None:
+                batch = (augment(batch[0]), *batch[1:])
             with autocast():
-                loss = loss_fn(train_model(x), y)
+                if pinned_attention:
+                    with attention():
+                        loss = loss_of(train_model, batch)
+                else:
+                    loss = loss_of(train_model, batch)
             # Mean over micro-batches: k steps of B give the same update as one of B*k.
             scaler.scale(loss / k if k > 1 else loss).backward()
             loss_sum += loss.detach().float()
             micro += 1
             if micro % k:
                 continue
-            scaler.step(optimizer)
+            for optimizer in optimizers:
+                scaler.step(optimizer)
             scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
+            for optimizer, scheduler in zip(optimizers, schedulers):
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
             state["step"] += 1
             state["samples"] += batches.effective
             steps_since_eval += 1
@@ -393,21 +423,28 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
             # ---- evaluation: off the train clock ----
             train_seconds = clock.stop()
             train_loss = loss_sum.item() / (steps_since_eval * k)
-            accuracy = evaluate(eval_model, val_x, val_y, autocast_dtype, applied["channels_last"])
+            values = _evaluate(workload, eval_model, val_batches, autocast, attention)
+            if target.metric not in values:
+                raise ValueError(f"workload {workload.name!r}: evaluate() returned {sorted(values)}, not the "
+                                 f"target metric '{target.metric}'")
             state["evals"] += 1
-            state["best"] = max(state["best"], accuracy)
+            for name, v in values.items():
+                m = workload.metrics.get(name)
+                state["best_metrics"][name] = _better(m.mode if m else "max", state["best_metrics"].get(name), v)
+            state["best"] = state["best_metrics"][target.metric]
+            reached = target.met(state["best"])
             interval = train_seconds - clock_at_last_eval
             event = EvalEvent(
                 step=state["step"], epoch=state["step"] / batches.steps_per_epoch, samples=state["samples"],
                 train_seconds=train_seconds, wall_seconds=time.perf_counter() - wall_start,
-                val_accuracy=accuracy, best_val_accuracy=state["best"], train_loss=train_loss,
+                metrics=values, value=values[target.metric], best_value=state["best"], train_loss=train_loss,
                 samples_per_second=samples_since_eval / interval if interval > 0 else 0.0,
-                reached=state["best"] >= recipe.target_accuracy,
-                compile_seconds=state["compile_seconds"], peak_memory_mb=peak.mb(),
-                objective=objective(Status.RUNNING, train_seconds if state["best"] >= recipe.target_accuracy else None,
-                                    state["best"], recipe.target_accuracy, recipe.max_train_seconds),
+                reached=reached, compile_seconds=state["compile_seconds"], peak_memory_mb=peak.mb(),
+                objective=objective(Status.RUNNING, train_seconds if reached else None, state["best"],
+                                    target.value, recipe.max_train_seconds, target.mode),
+                best_metrics=dict(state["best_metrics"]),
             )
-            history.append({k_: v for k_, v in asdict(event).items() if k_ != "reached"})
+            history.append(event.flat())
             if not math.isfinite(train_loss):
                 state["status"] = Status.DIVERGED
                 state["error"] = f"train loss became {train_loss} by step {state['step']}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import typing
-from typing import Any
+from typing import Any, Callable
 
 import pydantic
 
@@ -35,9 +35,19 @@ def _allowed_keys(model: type[pydantic.BaseModel], loc: tuple) -> list[str]:
     return list(getattr(current, "model_fields", {}))
 
 
-def raise_user_error(err: pydantic.ValidationError, source: str, model: type[pydantic.BaseModel]) -> None:
-    """Raise a UserError for the first problem in err: file, key path, value, fix."""
+def raise_user_error(err: pydantic.ValidationError, source: str, model: type[pydantic.BaseModel],
+                     context: Callable[[tuple], str | None] | None = None) -> None:
+    """Raise a UserError for the first problem in err: file, key path, value, fix.
+    `context(loc)` may add what the file's other keys imply (e.g. the metrics its workload offers)."""
     first = err.errors(include_url=False)[0]
+    loc = first["loc"]
+    more = context(loc) if context is not None else None
+    if more:
+        raise UserError(_message(first, source, model) + f"; {more}")
+    raise UserError(_message(first, source, model))
+
+
+def _message(first: dict, source: str, model: type[pydantic.BaseModel]) -> str:
     loc = first["loc"]
     path = key_path(loc) or "(top level)"
     kind = first["type"]
@@ -45,12 +55,30 @@ def raise_user_error(err: pydantic.ValidationError, source: str, model: type[pyd
         allowed = _allowed_keys(model, loc)
         guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"did you mean '{guess[0]}'?" if guess else f"allowed keys: {', '.join(allowed)}"
-        raise UserError(f"{source}: unknown key '{path}'; {hint}")
+        return f"{source}: unknown key '{path}'; {hint}"
     if kind == "missing":
-        raise UserError(f"{source}: missing required key '{path}'; add it")
+        return f"{source}: missing required key '{path}'; add it"
     msg = first["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     value = first.get("input")
     shown = "" if isinstance(value, dict) else f" (got {value!r})"
-    raise UserError(f"{source}: key '{path}': {msg}{shown}")
+    return f"{source}: key '{path}': {msg}{shown}"
+
+
+def offered_metrics_note(data: Any) -> Callable[[tuple], str | None]:
+    """For a problem under `target`: the metrics the file's workload offers (built-ins; a plugin's
+    are its Workload's `metrics`)."""
+
+    def note(loc: tuple) -> str | None:
+        if not loc or loc[0] != "target":
+            return None
+        from autospeed.workloads import offered_metrics
+
+        workload = data.get("workload", "mnist1d") if isinstance(data, dict) else "mnist1d"
+        metrics = offered_metrics(str(workload))
+        if metrics is None:
+            return f"workload '{workload}' offers the metrics its Workload's `metrics` names"
+        return f"workload '{workload}' offers: {', '.join(f'{k} ({m.mode})' for k, m in metrics.items())}"
+
+    return note

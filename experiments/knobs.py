@@ -1,7 +1,9 @@
 """Throughput of each speed knob relative to fp32 eager, measured side by side.
 
-One workload (mnist1d and its 1-D CNN unless --workload says otherwise), one knob
-changed at a time from the baseline (fp32, no compile, batch 128, data on the device, no accumulation).
+One workload (`--workload mnist1d`, its 1-D CNN; or `--workload lm`, the byte-level GPT),
+one knob changed at a time from the baseline (mnist1d: fp32, no compile, SGD, batch 128,
+data on the device, no accumulation; lm: fp32, no compile, AdamW with torch's default
+implementation, attention backend chosen by torch, batch 32).
 Each run is autospeed's own trainer with two evaluations: the first after
 `--steps` optimizer steps (warm-up, and compilation where asked), the second
 after `--steps` more. Steady-state throughput is that second interval's
@@ -17,9 +19,11 @@ Run:
     .venv/bin/python experiments/knobs.py --rounds 5 --steps 200 --out experiments/results/knobs_cpu.md
     python experiments/knobs.py --device cuda --workload synthetic \
         --workload-options '{"num_samples": 50000, "image_size": 32, "noise": 6.0}' --out experiments/results/knobs_gpu.md
+    .venv/bin/python experiments/knobs.py --workload lm --out experiments/results/knobs_lm_cpu.md
+    .venv/bin/python experiments/knobs.py --workload lm --device cuda --out experiments/results/knobs_lm_gpu.md
 
-On a GPU the variants that only a GPU can show are added: the max-autotune compile
-modes, a pinned-memory DataLoader with workers, and knobs combined.
+On a GPU the image workloads (mnist1d, synthetic) add the variants only a GPU can show:
+the max-autotune compile modes, a pinned-memory DataLoader with workers, knobs combined.
 
 Timing takes the exclusive CPU lock (/tmp/cpu.lock) that the other benchmarks and
 searches on this machine respect, so nothing else loads the cores meanwhile.
@@ -46,10 +50,17 @@ from autospeed.recipe import Recipe  # noqa: E402
 from autospeed.trainer import pick_device, train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
-BASELINE = dict(precision="fp32", compile="none", batch_size=128, accumulation_steps=1, data_loader="device")
+BASELINES = {
+    "mnist1d": dict(precision="fp32", compile="none", batch_size=128, accumulation_steps=1, data_loader="device",
+                    optimizer="sgd", lr=0.01),
+    "synthetic": dict(precision="fp32", compile="none", batch_size=128, accumulation_steps=1, data_loader="device",
+                      optimizer="sgd", lr=0.01),
+    "lm": dict(precision="fp32", compile="none", batch_size=32, accumulation_steps=1, data_loader="device",
+               optimizer="adamw", optimizer_impl="default", attention="auto", lr=0.001),
+}
 
 # (label, recipe overrides). The baseline is measured every round; ratios are against it.
-VARIANTS: list[tuple[str, dict]] = [
+MNIST1D_VARIANTS: list[tuple[str, dict]] = [
     ("fp32 eager (baseline)", {}),
     ("precision tf32", {"precision": "tf32"}),
     ("precision bf16", {"precision": "bf16"}),
@@ -71,7 +82,25 @@ VARIANTS: list[tuple[str, dict]] = [
     ("channels_last", {"channels_last": True}),
     ("cudnn_benchmark", {"cudnn_benchmark": True}),
 ]
-GPU_VARIANTS: list[tuple[str, dict]] = [
+LM_VARIANTS: list[tuple[str, dict]] = [
+    ("fp32 eager, AdamW (baseline)", {}),
+    ("precision bf16", {"precision": "bf16"}),
+    ("precision tf32", {"precision": "tf32"}),
+    ("compile default", {"compile": "default"}),
+    ("optimizer_impl foreach", {"optimizer_impl": "foreach"}),
+    ("optimizer_impl fused", {"optimizer_impl": "fused"}),
+    ("optimizer muon (+ AdamW)", {"optimizer": "muon"}),
+    ("attention math", {"attention": "math"}),
+    ("attention flash", {"attention": "flash"}),
+    ("attention efficient", {"attention": "efficient"}),
+    ("attention cudnn", {"attention": "cudnn"}),
+    ("bf16 + flash attention", {"precision": "bf16", "attention": "flash"}),
+    ("bf16 + compile + fused AdamW", {"precision": "bf16", "compile": "default", "optimizer_impl": "fused"}),
+    ("batch 64", {"batch_size": 64}),
+    ("batch 128", {"batch_size": 128}),
+    ("activation_checkpointing", {"activation_checkpointing": True}),
+]
+GPU_IMAGE_VARIANTS: list[tuple[str, dict]] = [
     ("compile max-autotune", {"compile": "max-autotune"}),
     ("compile max-autotune-no-cudagraphs", {"compile": "max-autotune-no-cudagraphs"}),
     ("batch 2048", {"batch_size": 2048}),
@@ -81,6 +110,7 @@ GPU_VARIANTS: list[tuple[str, dict]] = [
     ("bf16 + channels_last + compile default", {"precision": "bf16", "channels_last": True, "compile": "default"}),
     ("bf16 + channels_last + batch 512", {"precision": "bf16", "channels_last": True, "batch_size": 512}),
 ]
+VARIANTS = {"mnist1d": MNIST1D_VARIANTS, "synthetic": MNIST1D_VARIANTS, "lm": LM_VARIANTS}
 
 
 def measure(recipe: Recipe, workload, steps: int) -> dict:
@@ -91,7 +121,8 @@ def measure(recipe: Recipe, workload, steps: int) -> dict:
     result = train(recipe, workload)
     # history[1] is the measured interval (a float rounding may add a 1-step third one).
     if result.status != "not_reached" or len(result.history) < 2:
-        raise RuntimeError(f"{recipe.model_dump(include=set(BASELINE))}: {result.status} {result.error} "
+        raise RuntimeError(f"{recipe.model_dump(include={'precision', 'compile', 'batch_size', 'optimizer'})}: "
+                           f"{result.status} {result.error} "
                            f"after {len(result.history)} evaluations")
     return {"samples_per_second": result.history[1]["samples_per_second"],
             "first_step_seconds": result.first_step_seconds, "compile_seconds": result.compile_seconds,
@@ -100,7 +131,7 @@ def measure(recipe: Recipe, workload, steps: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="mnist1d", help="built-in workload (default: mnist1d)")
+    ap.add_argument("--workload", default="mnist1d", choices=sorted(VARIANTS), help="what to train")
     ap.add_argument("--workload-options", type=json.loads, default=None,
                     help="workload options as JSON (default for mnist1d: num_samples from --num-samples)")
     ap.add_argument("--num-samples", type=int, default=25000, help="mnist1d size (80%% train)")
@@ -116,13 +147,14 @@ def main() -> None:
     options = args.workload_options if args.workload_options is not None else (
         {"num_samples": args.num_samples} if args.workload == "mnist1d" else {})
     workload = load_workload(args.workload, options)  # generated/cached off the clock
+    baseline_knobs = BASELINES[args.workload]
     base = Recipe(workload=args.workload, workload_options=options, target_accuracy=1.0, max_train_seconds=1e9,
-                  lr=0.01, device=args.device,
-                  seed=0, **BASELINE)
+                  device=args.device, seed=0, **baseline_knobs)
     device = pick_device(base)
     print(provenance(device.type), flush=True)
-    every = VARIANTS + (GPU_VARIANTS if device.type == "cuda" else [])
-    variants = [(label, o) for label, o in every if not any(s in label for s in args.skip)]
+    all_variants = VARIANTS[args.workload] + (
+        GPU_IMAGE_VARIANTS if device.type == "cuda" and args.workload != "lm" else [])
+    variants = [(label, o) for label, o in all_variants if not any(s in label for s in args.skip)]
     runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
     with cpu_lock(exclusive=True):
         measure(base, workload, args.steps)  # untimed: thread pool, allocator and caches warm for everyone
@@ -133,10 +165,12 @@ def main() -> None:
                 print(f"round {r + 1}/{args.rounds}  {label:<36} {m['samples_per_second']:10.0f} samples/s"
                       + (f"  compile {m['compile_seconds']:.1f} s" if m["compile_seconds"] else ""), flush=True)
 
-    baseline = runs[VARIANTS[0][0]]
+    baseline = runs[all_variants[0][0]]
+    what = (f"{args.workload} {json.dumps(options)} ({len(workload.train_x)} train)" if args.workload != "lm"
+            else f"lm (byte-level GPT, {len(workload.train_x)} training windows of {workload.train_x.shape[1]} bytes)")
     lines = [
-        f"workload {args.workload} {json.dumps(options)} ({len(workload.train_x)} train), device {device.type}; "
-        f"baseline {BASELINE}; samples/s on the train clock over {args.steps} optimizer steps after {args.steps} "
+        f"{what}, device {device.type}; "
+        f"baseline {baseline_knobs}; samples/s on the train clock over {args.steps} optimizer steps after {args.steps} "
         f"warm-up steps; {args.rounds} interleaved rounds; ratio = median over rounds of variant / baseline "
         f"in the same round; compile s = first step of a compiled run (first: cold Inductor cache)",
         "",
@@ -150,13 +184,16 @@ def main() -> None:
         asked = {"tf32": overrides.get("precision") == "tf32", **{k: overrides.get(k, False) for k in
                  ("channels_last", "cudnn_benchmark", "activation_checkpointing")}}
         not_applied = [k for k, on in asked.items() if on and ms[0]["applied"].get(k) is False]
+        if overrides.get("attention", "auto") != ms[0]["applied"].get("attention", "auto"):
+            not_applied.append(f"attention {overrides['attention']}")
         compile_text = (f"{statistics.median(compile_s):.2f} (first {compile_s[0]:.2f})"
                         if any(compile_s) else "-")
         lines.append(f"| {label} | {statistics.median(m['samples_per_second'] for m in ms):,.0f} | "
                      f"**{statistics.median(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
                      f"{statistics.median(m['first_step_seconds'] for m in ms):.3f} | {compile_text} | "
                      f"{', '.join(not_applied) or '-'} |")
-    emit_table(f"Knob throughput relative to fp32 eager ({device.type})", lines, args.out, device.type)
+    emit_table(f"Knob throughput relative to fp32 eager ({args.workload}, {device.type})", lines, args.out,
+               device.type)
 
 
 if __name__ == "__main__":

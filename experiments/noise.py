@@ -69,7 +69,7 @@ def main() -> None:
         why = ""
     gaps = [(b[1] - a[1]) / a[1] for a, b in zip(top, top[1:])]
 
-    lines = [f"Recipe: `{shown(args.recipe)}` ({recipe.workload}, target {recipe.target_accuracy}, "
+    lines = [f"Recipe: `{shown(args.recipe)}` ({recipe.workload}, target {recipe.resolved_target.describe()}, "
              f"batch {recipe.batch_size}, "
              f"{recipe.optimizer} lr {recipe.lr:.3g} {recipe.schedule}, {recipe.precision}); runs back to back, "
              f"exclusive CPU lock.", "",

@@ -145,7 +145,7 @@ def main() -> None:
     best_path = Path(args.best) if args.best else search(Path(args.space), args.trials, work)
     best = load_recipe(best_path)  # validates it
     best_yaml = yaml.safe_load(best_path.read_text())
-    for key in ("workload", "workload_options", "target_accuracy"):
+    for key in ("workload", "workload_options", "resolved_target"):
         if getattr(best, key) != getattr(spec, key):
             p.error(f"{best_path} has {key} {getattr(best, key)!r}, {args.space} {getattr(spec, key)!r}: the baseline "
                     f"and the exported recipe must train the same workload to the same target")
@@ -190,13 +190,13 @@ def main() -> None:
     knobs = lambda r: json.dumps({k: r.get(k) for k in KNOBS})  # noqa: E731
 
     lines = [
-        f"Space: `{shown(args.space)}` ({spec.workload}, target accuracy {spec.target_accuracy}); "
+        f"Space: `{shown(args.space)}` ({spec.workload}, target {spec.resolved_target.describe()}); "
         f"exported recipe measured: `{shown(best_path)}`"
         f" (copied beside this file as `{out.stem}_best.yaml`).",
         f"Timed runs: {args.repeats} per recipe, interleaved (baseline, exported, baseline, ...), seeds "
         f"{seeds[0]}..{seeds[-1]}; each a fresh `python -m autospeed train --config X --json --no-track` process, "
         f"exclusive CPU lock. The exported recipe trains unchanged but for its seed. {room}",
-        "TTA = train-clock seconds to the first evaluation at or above the target; a run that missed it counts as "
+        "TTA = train-clock seconds to the first evaluation that meets the target; a run that missed it counts as "
         "infinitely slow in a median.", "",
         "| recipe | median TTA s | min | max | median samples/s | every run (TTA s, in order) |",
         "| --- | ---: | ---: | ---: | ---: | --- |",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -141,7 +142,14 @@ def test_no_track_logs_no_run(run_cli, write_recipe, tmp_path):
     ("workload: digits\nbatch_size: lots\n", "key 'batch_size': Input should be a valid integer"),
     ("workload: digits\ntarget_accuracy: 1.5\n", "key 'target_accuracy': Input should be less than or equal to 1"),
     ("workload: digits\nlr: [0.1\nepochs: 3\n", "YAML syntax error at line 3, column 7"),
-], ids=["unknown-key", "duplicate-key", "wrong-type", "out-of-range", "yaml-syntax"])
+    ("workload: digits\ntarget: {metric: val_bleu, mode: max, value: 0.3}\n",
+     "key 'target.metric': workload 'digits' does not report val_bleu; it offers: val_accuracy (max), val_loss (min)"),
+    ("workload: digits\ntarget: {metric: val_loss, mode: up, value: 0.3}\n",
+     "key 'target.mode': Input should be 'max' or 'min' (got 'up'); workload 'digits' offers: val_accuracy (max)"),
+    ("workload: digits\ntarget: {metric: val_loss, mode: min, value: -1}\n",
+     "key 'target.value': val_loss takes values in [0, inf], so a target of -1 can never be met"),
+], ids=["unknown-key", "duplicate-key", "wrong-type", "out-of-range", "yaml-syntax", "target-unknown-metric",
+        "target-bad-mode", "target-impossible-value"])
 def test_bad_recipe_exits_2_with_one_line_naming_file_and_key(run_cli, write_recipe, text, expected):
     config = write_recipe(text, name="bad.yaml")
     done = run_cli("train", "--config", str(config), "--no-track")
@@ -188,6 +196,11 @@ def test_usage_error_exits_2(run_cli):
 
 
 # ---------------------------------------------------------------- the README's plugin example
+def _here_first() -> str:
+    """PYTHONPATH=. as the README says, ahead of any path the tests themselves run under."""
+    return os.pathsep.join(filter(None, [".", os.environ.get("PYTHONPATH")]))
+
+
 def test_readme_plugin_example_runs_verbatim(run_cli, tmp_path):
     readme = README.read_text()
     module = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def blobs" in b)
@@ -196,8 +209,25 @@ def test_readme_plugin_example_runs_verbatim(run_cli, tmp_path):
     (tmp_path / "my_workload.py").write_text(module)
     (tmp_path / "blobs.yaml").write_text(recipe)
 
-    done = run_cli(*shlex.split(command), cwd=tmp_path, env={"PYTHONPATH": "."})
+    done = run_cli(*shlex.split(command), cwd=tmp_path, env={"PYTHONPATH": _here_first()})
 
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(recipe)["workload"] == "my_workload:blobs"
     assert "status reached" in done.stdout
+
+
+def test_readme_dataset_plugin_reads_files_and_trains_to_its_loss_target(run_cli, tmp_path):
+    readme = README.read_text()
+    module = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "class NpyFolder" in b)
+    recipe = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "npy_files:npy_folder" in b)
+    command = re.search(r"`PYTHONPATH=\. autospeed (train --config npy_folder\.yaml[^`]*)`", readme).group(1)
+    (tmp_path / "npy_files.py").write_text(module)
+    (tmp_path / "npy_folder.yaml").write_text(recipe)
+
+    done = run_cli(*shlex.split(command), "--json", cwd=tmp_path, env={"PYTHONPATH": _here_first()})
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "reached" and result["target"] == {"metric": "val_loss", "mode": "min", "value": 0.3}
+    assert result["best_val_loss"] <= 0.3 and result["applied"]["data_loader"] == "dataloader"
+    assert len(list((tmp_path / "npy_data" / "train").glob("*.npy"))) == 2000, "one file per sample"

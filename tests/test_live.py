@@ -14,6 +14,7 @@ import pyte
 import pytest
 
 from autospeed.live import SearchView, TrainProgress, format_duration, format_knobs
+from autospeed.recipe import Target
 
 KNOBS = {"batch_size": 32, "accumulation_steps": 1, "lr": 0.0792, "schedule": "cosine",
          "warmup_fraction": 0.0261, "precision": "fp32", "compile": "none"}
@@ -186,13 +187,17 @@ def test_terminal_without_cursor_movement_gets_the_final_block_only(terminal, mo
 
 # ------------------------------------------------------------------ autospeed train
 def evaluation(train_seconds: float, epoch: float, val_accuracy: float) -> SimpleNamespace:
-    return SimpleNamespace(train_seconds=train_seconds, epoch=epoch, val_accuracy=val_accuracy,
+    return SimpleNamespace(train_seconds=train_seconds, epoch=epoch, value=val_accuracy,
                            samples_per_second=1000.0)
+
+
+def accuracy(value: float) -> Target:
+    return Target(metric="val_accuracy", mode="max", value=value)
 
 
 def test_train_progress_prints_a_plain_line_per_evaluation():
     out = io.StringIO()
-    bar = TrainProgress(max_train_seconds=10, epochs=10, target_accuracy=0.9, stream=out, width=10)
+    bar = TrainProgress(max_train_seconds=10, epochs=10, target=accuracy(0.9), stream=out, width=10)
     bar.update(evaluation(2.0, 1.0, 0.5))
     bar.update(evaluation(5.0, 2.0, 0.91))
     bar.close()
@@ -205,7 +210,7 @@ def test_train_progress_prints_a_plain_line_per_evaluation():
 
 def test_train_progress_on_a_terminal_is_one_bar_redrawn_in_place(terminal):
     out, screen = terminal(200)
-    bar = TrainProgress(max_train_seconds=10, epochs=10, target_accuracy=0.95, stream=out)
+    bar = TrainProgress(max_train_seconds=10, epochs=10, target=accuracy(0.95), stream=out)
     bar.update(evaluation(2.0, 1.0, 0.5))
     bar.update(evaluation(10.0, 4.0, 0.96))  # the budget, not the epochs, is what ran out
     bar.close()
@@ -219,3 +224,18 @@ def test_train_progress_on_a_terminal_is_one_bar_redrawn_in_place(terminal):
 def test_format_duration_and_knobs():
     assert [format_duration(s) for s in (4.2, 65, 3723)] == ["4 s", "1:05", "1:02:03"]
     assert format_knobs({"baseline": True, "lr": 0.012345, "a": 1, "b": 2}, limit=2) == "lr=0.0123 a=1 +1"
+
+
+def test_a_loss_target_is_named_and_reached_downwards():
+    out = io.StringIO()
+    bar = TrainProgress(max_train_seconds=10, epochs=10, target=Target(metric="val_loss", mode="min", value=1.6),
+                        stream=out, width=10)
+    bar.update(evaluation(2.0, 1.0, 2.5))
+    bar.update(evaluation(4.0, 2.0, 1.55))
+    first, second = out.getvalue().splitlines()
+    assert "val_loss 2.5000 (target 1.6)" in first and "target reached" not in first
+    assert second.endswith("target reached")
+
+    view = SearchView(total=2, stream=io.StringIO(), live=False, metric="val_loss")
+    view.finished("t_0", "trial-000", "stopped_early", None, 2.31, False, {})
+    assert "best val_loss 2.3100" in view.stream.getvalue()

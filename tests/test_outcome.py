@@ -69,3 +69,15 @@ def test_speedup_interval_with_misses():
     low, high = speedup_interval([None, None, None], [1.0, 1.0, 1.0])
     assert low == high == math.inf  # the baseline never reached: unbounded
     assert speedup_interval([5.0, 5.0], [None, None]) == (None, None)
+
+
+def test_objective_orders_min_mode_trials_reached_then_closest_loss_then_infeasible():
+    target = 1.6  # val_loss <= 1.6 nats
+    reached = [objective(Status.REACHED, tta, 1.5, target, BUDGET, mode="min") for tta in (0.5, 2.9)]
+    short = [objective(Status.STOPPED_EARLY, None, loss, target, BUDGET, mode="min") for loss in (1.61, 2.0, 5.0)]
+    never = objective(Status.NOT_REACHED, None, None, target, BUDGET, mode="min")  # no evaluation at all
+    infeasible = objective(Status.DIVERGED, None, math.nan, target, BUDGET, mode="min")
+    assert reached == [0.5, 2.9]
+    assert max(reached) < BUDGET < short[0] < short[1] < short[2] <= never < infeasible
+    assert ended_by_scheduler(1.55, target, 1.0, BUDGET, mode="min") is Status.REACHED
+    assert ended_by_scheduler(1.65, target, 1.0, BUDGET, mode="min") is Status.STOPPED_EARLY

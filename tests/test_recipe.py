@@ -11,7 +11,8 @@ DESIGN_KNOBS = ("workload", "workload_options", "target_accuracy", "max_train_se
                 "eval_every_epochs", "seed", "batch_size", "accumulation_steps", "optimizer", "momentum",
                 "weight_decay", "lr", "schedule", "warmup_fraction", "label_smoothing", "precision", "compile",
                 "channels_last", "data_loader", "num_workers", "pin_memory", "prefetch_factor",
-                "persistent_workers", "cudnn_benchmark", "activation_checkpointing")
+                "persistent_workers", "cudnn_benchmark", "activation_checkpointing", "target", "optimizer_impl",
+                "attention")
 
 
 def error_for(write_recipe, text: str) -> str:
@@ -107,3 +108,30 @@ def test_atomic_writes_get_normal_permissions(tmp_path):
         assert private.stat().st_mode & 0o777 == 0o600 and private.read_text() == "a: 1\n"
     finally:
         os.umask(old)
+
+
+def test_target_accuracy_is_shorthand_for_a_max_target(write_recipe):
+    short = load_recipe(write_recipe("workload: digits\ntarget_accuracy: 0.9\n"))
+    full = load_recipe(write_recipe("workload: digits\ntarget: {metric: val_accuracy, mode: max, value: 0.9}\n"))
+    default = load_recipe(write_recipe("workload: digits\n"))
+
+    assert short.resolved_target == full.resolved_target
+    assert (full.resolved_target.metric, full.resolved_target.mode, full.resolved_target.value) == ("val_accuracy", "max", 0.9)
+    assert default.resolved_target.value == 0.95
+    assert load_recipe(write_recipe(full.to_yaml())) == full, "a target round-trips through YAML"
+
+
+def test_a_loss_target_is_met_downwards():
+    target = Recipe(target={"metric": "val_loss", "mode": "min", "value": 1.6}).resolved_target
+    assert target.met(1.6) and target.met(1.2) and not target.met(1.7) and not target.met(float("nan"))
+    assert target.describe() == "val_loss <= 1.6"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("target_accuracy: 0.9\ntarget: {metric: val_loss, mode: min, value: 1}\n", "not both"),
+    ("target: {metric: val_loss, mode: down, value: 1}\n", "key 'target.mode'"),
+    ("target: {metric: val_loss, mode: min, value: .nan}\n", "key 'target.value'"),
+    ("target: {metric: val_loss, mode: min}\n", "missing required key 'target.value'"),
+], ids=["both", "bad-mode", "nan-value", "no-value"])
+def test_bad_targets_name_the_key(write_recipe, text, expected):
+    assert expected in error_for(write_recipe, "workload: digits\n" + text)

@@ -138,7 +138,7 @@ def test_curves_are_aligned_by_step(store):
     parent = res.find_parent(store.client, "demo")
     row = next(r for r in res.trial_rows(store.client, parent) if r.trial_id == "t_00001")
     c = report.curve(store.client, row.run_id)
-    assert c.train_seconds == [1.0, 2.0] and c.val_accuracy == [0.7, 0.93]
+    assert c.train_seconds == [1.0, 2.0] and c.values == [0.7, 0.93]
 
 
 def test_a_resumed_trials_curve_is_its_last_attempt(store):
@@ -158,7 +158,7 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
             metrics += [Metric("train_seconds", secs, ms + i, step), Metric("val_accuracy", acc, ms + i, step)]
     t.log_batch(store.client, rid, metrics)
     c = report.curve(store.client, rid)
-    assert c.train_seconds == [1.1, 2.1] and c.val_accuracy == [0.55, 0.94]
+    assert c.train_seconds == [1.1, 2.1] and c.values == [0.55, 0.94]
 
 
 def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, run_cli):

@@ -50,6 +50,10 @@ KNOBS = [
     {"schedule": "linear", "warmup_fraction": 0.2},
     {"optimizer": "sgd", "momentum": 0.0, "lr": 0.5},  # plain SGD: no momentum, so a larger step
     {"optimizer": "adamw", "lr": 0.003},
+    {"optimizer": "adamw", "lr": 0.003, "optimizer_impl": "fused"},
+    {"optimizer": "sgd", "optimizer_impl": "fused"},
+    {"optimizer": "sgd", "optimizer_impl": "foreach"},
+    {"optimizer": "muon", "lr": 0.01},  # Muon on the MLP's hidden weight, AdamW on the rest
     {"data_loader": "device"},
     {"data_loader": "dataloader", "num_workers": 0},
     {"data_loader": "dataloader", "num_workers": 1, "prefetch_factor": 4, "persistent_workers": True,
@@ -75,6 +79,7 @@ def test_every_knob_value_trains(digits, knobs):
     assert result.applied["precision"] == knobs.get("precision", "fp32")
     assert result.applied["data_loader"] == knobs.get("data_loader", "device")
     assert result.applied["accumulation_steps"] == knobs.get("accumulation_steps", 1)
+    assert result.applied["optimizer_impl"] == knobs.get("optimizer_impl", "default")
 
 
 def test_knobs_that_cannot_apply_on_cpu_are_recorded_as_not_applied(digits):
@@ -148,6 +153,21 @@ def test_eager_run_reports_no_compile_time_but_a_first_step_time(digits):
     assert 0 < result.first_step_seconds <= result.train_seconds
 
 
+def test_muon_takes_the_hidden_weights_and_adamw_the_rest(digits):
+    from autospeed.optimizers import muon_split
+
+    model = digits.build_model()
+    hidden, rest = muon_split(model)
+    # the MLP: two hidden Linear weights for Muon; their biases and the head go to AdamW
+    assert [tuple(p.shape) for p in hidden] == [(128, 64), (128, 128)]
+    assert sorted(tuple(p.shape) for p in rest) == [(10,), (10, 128), (128,), (128,)]
+    assert {id(p) for p in hidden}.isdisjoint(id(p) for p in rest)
+    assert len(hidden) + len(rest) == len(list(model.parameters()))
+
+    result = train(recipe(optimizer="muon", lr=0.01, epochs=1, target_accuracy=1.0), digits)
+    assert result.error is None and result.applied["muon_parameters"] == 128 * 64 + 128 * 128
+
+
 # ---------------------------------------------------------------- statuses
 def test_digits_reaches_its_target_with_a_tta(digits):
     events: list[EvalEvent] = []
@@ -200,6 +220,31 @@ def test_on_eval_returning_true_stops_the_run_early(digits):
     assert result.status == "stopped_early"
     assert result.evaluations == 1
     assert result.epochs_done == pytest.approx(1.0)
+
+
+def test_a_loss_target_mode_min_is_reached_with_a_tta(digits):
+    events: list[EvalEvent] = []
+    result = train(recipe(target_accuracy=None, target={"metric": "val_loss", "mode": "min", "value": 0.5},
+                          epochs=10, eval_every_epochs=0.5), digits, on_eval=events.append)
+
+    assert result.status == "reached"
+    assert result.target == {"metric": "val_loss", "mode": "min", "value": 0.5}
+    reaching = next(e for e in events if e.metrics["val_loss"] <= 0.5)
+    assert events[-1] is reaching, "the run stops at the first evaluation at or below the target"
+    assert all(e.metrics["val_loss"] > 0.5 for e in events[:-1])
+    assert result.tta_seconds == reaching.train_seconds
+    assert result.best_value == result.best_metrics["val_loss"] == min(e.metrics["val_loss"] for e in events)
+    assert result.objective == result.tta_seconds
+    assert result.to_dict()["best_val_loss"] == result.best_value and "best_val_accuracy" in result.to_dict()
+
+
+def test_an_impossible_loss_target_ends_not_reached_with_a_censored_objective(digits):
+    result = train(recipe(target_accuracy=None, target={"metric": "val_loss", "mode": "min", "value": 1e-6},
+                          epochs=2, eval_every_epochs=1), digits)
+
+    assert result.status == "not_reached" and result.tta_seconds is None
+    assert result.best_value == min(h["val_loss"] for h in result.history)
+    assert result.objective > result.best_value and result.objective > 30  # censored: above the budget
 
 
 def test_nan_producing_learning_rate_ends_diverged(digits):
@@ -360,3 +405,16 @@ def test_cuda_graph_modes_compile_without_cuda_graphs_when_accumulating(mode, ac
     from autospeed.trainer import compile_mode
 
     assert compile_mode(recipe(compile=mode, accumulation_steps=accumulation), torch.device(device)) == used
+
+
+# ---------------------------------------------------------------- attention backends
+@pytest.mark.parametrize("backend, applied", [("math", "math"), ("flash", "flash"), ("efficient", "auto"),
+                                              ("auto", "auto")])
+def test_attention_backend_takes_effect_or_is_a_recorded_no_op_on_cpu(backend, applied):
+    """CPU has the math and flash kernels of scaled_dot_product_attention, not the efficient one."""
+    options = {"width": 32, "depth": 1, "heads": 2, "context": 32, "corpus_bytes": 40_000}
+    result = train(Recipe(workload="lm", workload_options=options, optimizer="adamw", lr=0.003, batch_size=16,
+                          epochs=0.2, eval_every_epochs=0.2, target_accuracy=1.0, attention=backend))
+
+    assert result.error is None and result.steps > 0
+    assert result.applied["attention"] == applied

@@ -9,8 +9,8 @@ from autospeed.errors import UserError
 from autospeed.workloads import BUILTIN, Workload, describe, load_workload
 
 
-def test_four_builtins_are_described():
-    assert [name for name, _ in describe()] == ["mnist1d", "digits", "cifar10", "synthetic"]
+def test_five_builtins_are_described():
+    assert [name for name, _ in describe()] == ["mnist1d", "digits", "cifar10", "synthetic", "lm"]
     assert all(line for _, line in describe())
 
 
@@ -122,3 +122,64 @@ def test_plugin_returning_something_else_says_so(write_plugin):
     write_plugin("wrong_plugin", "def factory():\n    return 42\n")
     with pytest.raises(UserError, match="returned int, not an autospeed.workloads.Workload"):
         load_workload("wrong_plugin:factory")
+
+
+# ---------------------------------------------------------------- lm
+TINY_LM = {"width": 32, "depth": 1, "heads": 2, "context": 32, "corpus_bytes": 40_000}
+
+
+def test_lm_is_the_standard_librarys_source_byte_level_cached_once(dataset_cache):
+    import math
+    import sysconfig
+    from pathlib import Path
+
+    before = set(dataset_cache.iterdir())
+    workload = load_workload("lm", {**TINY_LM, "corpus_bytes": 41_000})  # a size no other test asks for
+    created = set(dataset_cache.iterdir()) - before
+    assert len(created) == 1, "the corpus is read once and cached"
+    first_file = sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py"))[0]
+    assert first_file.read_bytes().startswith(bytes(workload.train_x[0].tolist())), "the corpus is stdlib source"
+    assert torch.equal(workload.train_x[0, 1:], workload.train_y[0, :-1]), "targets are the next bytes"
+    assert workload.train_x.shape[1] == 32 and workload.train_x.max() < 256
+    assert (len(workload.train_x) + len(workload.val_x)) * 32 <= 41_000
+    again = load_workload("lm", {**TINY_LM, "corpus_bytes": 41_000})
+    assert set(dataset_cache.iterdir()) - before == created and torch.equal(again.val_x, workload.val_x)
+    assert set(workload.metrics) == {"val_loss", "val_perplexity", "val_accuracy"}
+    assert workload.metrics["val_loss"].mode == "min"
+
+    model = workload.build_model()
+    assert model.head.weight is model.tok.weight, "the head is tied to the embedding"
+    metrics = workload.evaluate(model.eval(), [(workload.val_x[:8], workload.val_y[:8])])
+    assert metrics["val_loss"] == pytest.approx(math.log(256), abs=0.2), "an untrained model guesses uniformly"
+    assert metrics["val_perplexity"] == pytest.approx(math.exp(metrics["val_loss"]))
+
+
+def test_lm_model_is_causal():
+    workload = load_workload("lm", TINY_LM)
+    model = workload.build_model().eval()
+    x = workload.val_x[:2].clone()
+    with torch.no_grad():
+        before = model(x)
+        x[:, -1] = (x[:, -1] + 1) % 256  # change the last byte: no earlier position may see it
+        after = model(x)
+    torch.testing.assert_close(before[:, :-1], after[:, :-1])
+    assert not torch.allclose(before[:, -1], after[:, -1])
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_lm_learns_with_adamw_and_muon(optimizer):
+    from autospeed.recipe import Recipe
+    from autospeed.trainer import train
+
+    result = train(Recipe(workload="lm", workload_options=TINY_LM, optimizer=optimizer, lr=0.003, batch_size=16,
+                          epochs=1, eval_every_epochs=1, target={"metric": "val_loss", "mode": "min", "value": 0.1}),
+                   load_workload("lm", TINY_LM))
+
+    assert result.error is None and result.status == "not_reached"
+    assert result.best_value < 4.0, "well below log(256) = 5.55 nats per byte after one epoch"
+    assert (result.applied.get("muon_parameters", 0) > 0) == (optimizer == "muon")
+
+
+def test_lm_rejects_a_width_its_heads_do_not_divide():
+    with pytest.raises(UserError, match="workload_options.heads: width"):
+        load_workload("lm", {"width": 30, "heads": 4})

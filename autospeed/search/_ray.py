@@ -87,7 +87,7 @@ def start_ray(address: str | None, verbose: bool) -> None:
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(**kwargs)
+            ray.init(address="local", **kwargs)  # "local": never join a cluster `ray start` left running
     except (ConnectionError, TimeoutError, RuntimeError) as e:
         where = address or "a local Ray instance"
         raise RunFailure(f"cannot start or join Ray at {where} ({str(e).splitlines()[0][:200]}); "

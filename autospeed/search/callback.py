@@ -8,6 +8,7 @@ recipe index), which the trainable reads to replay it instead of training it aga
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -33,18 +34,19 @@ class TrialTracker(Callback):
         self.experiment_id = parent.info.experiment_id
         self.runs: dict[str, str] = {}  # trial id -> MLflow run id
         self.replayed: set[str] = set()
-        self.history: dict[str, list[tuple[float, float]]] = {}  # trial id -> what ASHA saw: (train s, val acc)
+        self.history: dict[str, list[tuple[float, float]]] = {}  # trial id -> what ASHA saw: (train s, target metric)
         self.errors_in_a_row: list[str] = []
         self.stop_reason: str | None = None
         children = runs.child_runs(client, parent)
         for run in children:
             if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
                 self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
-        self.view = SearchView(total=total, stream=console)
+        self.target = spec.resolved_target
+        self.view = SearchView(total=total, stream=console, metric=self.target.metric)
         for r in runs.trial_rows(client, parent, runs=children):  # a resumed search counts its past
             if r.status != Status.RUNNING:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
-                                        r.best_val_accuracy or 0.0, r.baseline, r.knobs())
+                                        r.best_value, r.baseline, r.knobs())
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow client,
@@ -76,8 +78,9 @@ class TrialTracker(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if trial.trial_id in self.replayed:
             return
-        if "train_seconds" in result and result.get("val_accuracy") is not None:
-            self.history.setdefault(trial.trial_id, []).append((result["train_seconds"], result["val_accuracy"]))
+        value = result.get(self.target.metric)
+        if "train_seconds" in result and value is not None and not math.isnan(value):
+            self.history.setdefault(trial.trial_id, []).append((result["train_seconds"], value))
         if result.get(FINAL) is False:
             # The first evaluation says where the trial runs: tagged now, so a trial ASHA stops has it too.
             tags = t.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
@@ -90,8 +93,8 @@ class TrialTracker(Callback):
         if last.get(FINAL):
             status = Status(last["status"])
         else:
-            status = ended_by_scheduler(last.get("best_val_accuracy"), self.spec.target_accuracy,
-                                        last.get("train_seconds", 0.0), self.spec.budget.max_train_seconds)
+            status = ended_by_scheduler(last.get("best_value"), self.target.value, last.get("train_seconds", 0.0),
+                                        self.spec.budget.max_train_seconds, self.target.mode)
             if status == Status.REACHED:
                 last = {**last, "tta_seconds": last["train_seconds"]}
         self._finish(trial, status, last, last.get("error") or None)
@@ -102,19 +105,22 @@ class TrialTracker(Callback):
             lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
             message = lines[-1] if lines else message
         last = trial.last_result or {}
-        score = objective(Status.FAILED, None, None, self.spec.target_accuracy, self.spec.budget.max_train_seconds)
+        score = objective(Status.FAILED, None, None, self.target.value, self.spec.budget.max_train_seconds,
+                          self.target.mode)
         self._finish(trial, Status.FAILED, {**last, "objective": score}, message)
 
     def _finish(self, trial, status: Status, last: dict[str, Any], error: str | None) -> None:
         from mlflow.entities import RunStatus
 
         run_id = self.runs[trial.trial_id]
-        best = last.get("best_val_accuracy", 0.0) or 0.0
+        best = last.get("best_value")  # of the target metric; None before the first evaluation
+        bests = {k: v for k, v in last.items() if k.startswith("best_") and v is not None}
         tta = last.get("tta_seconds") if status == Status.REACHED else None
         score = last.get("objective")  # the trainer's, valid as final at any moment
         if score is None:  # ended before its first evaluation
-            score = objective(status, tta, best, self.spec.target_accuracy, self.spec.budget.max_train_seconds)
-        final = {"tta_seconds": tta, "best_val_accuracy": best, "wall_seconds": last.get("wall_seconds"),
+            score = objective(status, tta, best, self.target.value, self.spec.budget.max_train_seconds,
+                              self.target.mode)
+        final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
                  "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
         tags = {t.TAG_STATUS: status.value}
         if error:
@@ -132,9 +138,12 @@ class TrialTracker(Callback):
         self.client.log_text(run_id, recipe_yaml, "recipe.yaml")
         terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
         self.client.set_terminated(run_id, RunStatus.to_string(terminal))
+        # the target metric's key holds its best value: what the scheduler reads from a replayed report
+        # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
+        standing = {**bests, self.target.metric: best if best is not None else math.nan}
         self.search_dir.record_finished(trial.trial_id, {
-            FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, "best_val_accuracy": best,
-            "val_accuracy": best, "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)},
+            FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
+            "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)},
             baseline=bool(trial.config.get("baseline")), history=self.history.pop(trial.trial_id, []))
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
         # which says nothing about the recipe (only failures the trainer reported are indexed).
@@ -142,12 +151,13 @@ class TrialTracker(Callback):
         if key and (status != Status.FAILED or last.get(FINAL)) and not last.get("duplicate_of"):
             self.search_dir.record_recipe(key, {
                 "trial_id": trial.trial_id, "status": status.value, "tta_seconds": tta, "objective": score,
-                "best_val_accuracy": best, "val_accuracy": best, "error": error or "",
+                **standing, "error": error or "",
                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")})
         self._progress(trial, status, tta, best, last.get("duplicate_of"))
         self._count_errors(status, error)
 
-    def _progress(self, trial, status: Status, tta: float | None, best: float, duplicate_of: str | None) -> None:
+    def _progress(self, trial, status: Status, tta: float | None, best: float | None,
+                  duplicate_of: str | None) -> None:
         baseline = bool(trial.config.get("baseline"))
         label = "baseline" if baseline else trial.trial_id
         if duplicate_of:

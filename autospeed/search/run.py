@@ -70,10 +70,12 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     # ---- preflight: whatever can fail before training fails here, before any run is created ----
     state = _resume_state(spec, storage_path, trials, space_path) if resume else None
     total = state["trials"] if state else (trials or spec.budget.trials)
-    from autospeed.workloads import load_workload
+    from autospeed.workloads import check_target, load_workload
 
     try:  # the dataset is prepared once per search, before any trial (cached on disk)
-        load_workload(spec.workload, spec.workload_options)
+        workload = load_workload(spec.workload, spec.workload_options)
+        # a plugin's metrics are known once it is built: the target must name one of them
+        check_target(spec.resolved_target, workload.metrics, spec.workload, shorthand=spec.target is None)
     except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
         raise UserError(f"{space_path}: {e}") from None
     _ray.quiet_ray()
@@ -93,7 +95,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
         parent_id = _open_parent(client, spec, space_text, space_path, search_id, search_dir, total, seed)
-    print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, target {spec.target_accuracy}, "
+    print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, target {spec.resolved_target.describe()}, "
           f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
 
     previous_sigint = signal.getsignal(signal.SIGINT)
@@ -217,7 +219,7 @@ def _open_parent(client, spec: SearchSpec, space_text: str, space_path: str, sea
     parent_id = parent.info.run_id
     spec_dump = spec.model_dump(mode="json")
     flat = {**_flatten(spec_dump), "trials": total, "sampler.seed": seed}
-    t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items()})
+    t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
     client.log_text(parent_id, space_text, Path(space_path).name)
     search_dir.write_state({"search_id": search_id, "parent_run_id": parent_id, "name": spec.name,
                             "space_path": str(space_path), "spec": spec_dump, "trials": total, "seed": seed})

@@ -86,12 +86,12 @@ class SearchDir:
 
     def record_finished(self, trial_id: str, final_report: dict[str, Any], *, baseline: bool = False,
                         history: list[tuple[float, float]] = ()) -> None:
-        """`history`: the trial's (train_seconds, val_accuracy) reports, in order, for ASHA's rungs."""
+        """`history`: the trial's (train_seconds, target metric) reports, in order, for ASHA's rungs."""
         write_atomic(self.ledger(trial_id), json.dumps({**final_report, "baseline": baseline,
                                                         "history": [list(h) for h in history]}))
 
     def histories(self) -> list[tuple[str, bool, list[tuple[float, float]]]]:
-        """(trial id, baseline, its reports' (train_seconds, val_accuracy)) of every finished trial,
+        """(trial id, baseline, its reports' (train_seconds, target metric)) of every finished trial,
         in the order they finished: what a resumed search's ASHA refills its rungs from."""
         out = []
         for path in sorted((self.path / "finished").glob("*.json"), key=lambda p: p.stat().st_mtime_ns):

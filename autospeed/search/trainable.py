@@ -8,10 +8,12 @@ the last one to Optuna. The last report of a trial that ended on its own has `fi
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from autospeed.search.storage import SearchDir, recipe_key
+from autospeed.tracking import METRIC_NAMES
 from autospeed.space import SearchSpec
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
@@ -67,6 +69,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         _WORKLOADS[data_key] = load_workload(recipe.workload, recipe.workload_options)
 
     first_report = True
+    metric = recipe.resolved_target.metric
 
     def on_eval(e) -> None:
         nonlocal first_report
@@ -76,7 +79,8 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report({
             **env, "node": where, "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds,
             "wall_seconds": e.wall_seconds,
-            "val_accuracy": e.val_accuracy, "best_val_accuracy": e.best_val_accuracy, "train_loss": e.train_loss,
+            **e.metrics, **{f"best_{k}": v for k, v in e.best_metrics.items()}, METRIC_NAMES: sorted(e.metrics),
+            "value": e.value, "best_value": e.best_value, "train_loss": e.train_loss,
             "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
             # an ASHA-stopped trial never sends the final report: its run takes these from here
             "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": key,
@@ -85,7 +89,9 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
     r = train(recipe, _WORKLOADS[data_key], on_eval=on_eval, num_threads=threads)
     tune.report({
         FINAL: True, "status": r.status.value, "step": r.steps, "train_seconds": r.train_seconds,
-        "val_accuracy": r.best_val_accuracy, "best_val_accuracy": r.best_val_accuracy,
+        # the target metric's key carries its best value, so the scheduler reads the final standing
+        # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
+        metric: r.best_value if r.best_value is not None else math.nan, "best_value": r.best_value, **{f"best_{k}": v for k, v in r.best_metrics.items()},
         "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
         "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
         "error": r.error or "", "applied": json.dumps(r.applied), "node": where,

@@ -53,6 +53,7 @@ class BaselineKeepingASHA(ASHAScheduler):
     def __init__(self, *, max_t: float, **kwargs):
         super().__init__(max_t=max_t, **kwargs)
         self.max_train_seconds = max_t
+        self.target_metric = kwargs["metric"]
 
     def on_trial_result(self, tune_controller, trial, result):
         decision = super().on_trial_result(tune_controller, trial, result)
@@ -61,16 +62,17 @@ class BaselineKeepingASHA(ASHAScheduler):
         return decision
 
     def replay(self, finished: list[tuple[str, bool, list[tuple[float, float]]]]) -> None:
-        """Refill the rungs with finished trials' reports (trial id, baseline, (train seconds, val accuracy)
-        in order): a resumed search's ASHA compares new trials with the old ones. Tune does not save its
+        """Refill the rungs with finished trials' reports (trial id, baseline, (train seconds, target
+        metric) in order): a resumed search's ASHA compares new trials with the old ones. Tune does not save its
         scheduler, so without this a resumed search's ASHA would start empty."""
         for trial_id, baseline, history in finished:
             past = Trial("autospeed", config={"baseline": baseline}, trial_id=trial_id, stub=True)
             self.on_trial_add(None, past)
             for train_seconds, value in history:
-                self.on_trial_result(None, past, {"train_seconds": train_seconds, "val_accuracy": value})
+                self.on_trial_result(None, past, {"train_seconds": train_seconds, self.target_metric: value})
             if history:
-                self.on_trial_complete(None, past, {"train_seconds": history[-1][0], "val_accuracy": history[-1][1]})
+                self.on_trial_complete(None, past, {"train_seconds": history[-1][0],
+                                                    self.target_metric: history[-1][1]})
             else:
                 self.on_trial_remove(None, past)
 
@@ -91,9 +93,11 @@ class SearchUpTo(SearchGenerator):
 
 
 def make_scheduler(spec: SearchSpec) -> TrialScheduler:
+    """ASHA on the train clock over the target metric in its direction (val_loss: lower survives)."""
     if not spec.asha.enabled:
         return FIFOScheduler()
-    return BaselineKeepingASHA(time_attr="train_seconds", metric="val_accuracy", mode="max",
+    target = spec.resolved_target
+    return BaselineKeepingASHA(time_attr="train_seconds", metric=target.metric, mode=target.mode,
                                max_t=spec.budget.max_train_seconds, grace_period=spec.asha.grace_seconds,
                                reduction_factor=spec.asha.reduction_factor)
 

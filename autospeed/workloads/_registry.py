@@ -7,15 +7,26 @@ import inspect
 from typing import Any, Callable
 
 from autospeed.errors import UserError
-from autospeed.workloads import _builtin
-from autospeed.workloads.base import Workload
+from autospeed.workloads import _builtin, _lm
+from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload
 
 BUILTIN: dict[str, Callable[..., Workload]] = {
     "mnist1d": _builtin.mnist1d,
     "digits": _builtin.digits,
     "cifar10": _builtin.cifar10,
     "synthetic": _builtin.synthetic,
+    "lm": _lm.lm,
 }
+# What each built-in's evaluation reports, known without building it (so `validate` can check a target).
+BUILTIN_METRICS: dict[str, dict[str, Metric]] = {
+    **{name: CLASSIFICATION_METRICS for name in ("mnist1d", "digits", "cifar10", "synthetic")},
+    "lm": _lm.LM_METRICS,
+}
+
+
+def offered_metrics(spec: str) -> dict[str, Metric] | None:
+    """The metrics a workload reports where known without building it (built-ins); None for a plugin."""
+    return BUILTIN_METRICS.get(spec)
 
 
 def describe() -> list[tuple[str, str]]:

@@ -49,6 +49,23 @@ CASES = [
     ("choice-value-not-allowed", GOOD.replace("[32, 64]", "[32, -4]"), ["space.batch_size.choice[1]"]),
     ("plugin-does-not-import", GOOD.replace("workload: digits", "workload: no_such_pkg.models:factory"),
      ["no_such_pkg.models", "does not import", "PYTHONPATH"]),
+    # targets: the key and the metrics the workload offers
+    ("target-unknown-metric", GOOD.replace("target_accuracy: 0.9", "target: {metric: val_bleu, mode: max, value: 0.3}"),
+     ["'target.metric'", "does not report val_bleu", "offers: val_accuracy (max), val_loss (min)"]),
+    ("target-mode-not-min-or-max", GOOD.replace("target_accuracy: 0.9", "target: {metric: val_loss, mode: lower, value: 1}"),
+     ["'target.mode'", "'max' or 'min'", "'lower'", "offers: val_accuracy (max), val_loss (min)"]),
+    ("target-mode-against-the-metric", GOOD.replace("target_accuracy: 0.9",
+                                                    "target: {metric: val_loss, mode: max, value: 0.3}"),
+     ["'target.mode'", "set mode: min", "offers: val_accuracy (max), val_loss (min)"]),
+    ("target-value-never-met", GOOD.replace("target_accuracy: 0.9", "target: {metric: val_accuracy, mode: max, value: 1.5}"),
+     ["'target.value'", "[0, 1]", "can never be met", "offers: val_accuracy (max), val_loss (min)"]),
+    ("target-loss-below-zero", GOOD.replace("target_accuracy: 0.9", "target: {metric: val_loss, mode: min, value: -0.5}"),
+     ["'target.value'", "can never be met", "offers:"]),
+    ("target-lm-perplexity-below-one", GOOD.replace("workload: digits", "workload: lm").replace(
+        "target_accuracy: 0.9", "target: {metric: val_perplexity, mode: min, value: 0.5}"),
+     ["'target.value'", "val_perplexity takes values in [1, inf]", "val_loss (min), val_perplexity (min)"]),
+    ("both-targets", GOOD + "target: {metric: val_loss, mode: min, value: 0.3}\n",
+     ["exactly one of target_accuracy", "or target"]),
 ]
 
 

@@ -248,3 +248,44 @@ def test_validate_reports_errors(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     ok = autospeed("validate", "--space", str(SMOKE), cwd=tmp_path)
     assert ok.returncode == 0 and "ok" in ok.stdout
+
+
+def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_loss(tmp_path):
+    """target: val_loss <= 0.2 (mode min) end to end: ASHA, MLflow, confirmation, best.yaml, report."""
+    from autospeed.report import collect
+
+    space = yaml.safe_load(SMOKE.read_text())
+    del space["target_accuracy"]
+    space.update(name="loss-target", target={"metric": "val_loss", "mode": "min", "value": 0.2},
+                 budget={"trials": 4, "max_train_seconds": 120}, asha={"grace_seconds": 0.1, "reduction_factor": 2},
+                 confirm={"top_k": 1, "repeats": 1}, fixed={"epochs": 20, "eval_every_epochs": 1},
+                 space={"lr": {"loguniform": [0.02, 0.3]}, "batch_size": {"choice": [32, 64]}})
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = autospeed("search", "--space", str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "runs"),
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "target val_loss <= 0.2" in proc.stdout and "best val_loss" in proc.stdout  # header, leaderboard
+
+    client = client_for(tmp_path)
+    runs = runs_of(tmp_path, "loss-target")
+    trials = [r for r in runs if r.data.tags["autospeed.kind"] == "trial"]
+    assert len(trials) == 4
+    for run in trials:
+        m, status = run.data.metrics, run.data.tags["autospeed.status"]
+        history = client.get_metric_history(run.info.run_id, "val_loss")
+        assert history and client.get_metric_history(run.info.run_id, "val_accuracy"), "every metric, per evaluation"
+        assert m["best_value"] == m["best_val_loss"] == pytest.approx(min(h.value for h in history))
+        assert (m["best_value"] <= 0.2) == (status == "reached") == ("tta_seconds" in m)
+    assert any(r.data.tags["autospeed.status"] == "reached" for r in trials)
+    confirms = [r for r in runs if r.data.tags["autospeed.kind"] == "confirm"]
+    assert len(confirms) == 2 and all("best_val_loss" in r.data.metrics for r in confirms)
+
+    best = yaml.safe_load(next((tmp_path / "runs" / "loss-target").glob("*/best.yaml")).read_text())
+    assert best["target"] == {"metric": "val_loss", "mode": "min", "value": 0.2} and "target_accuracy" not in best
+
+    data = collect(client, "loss-target")
+    assert (data.target_metric, data.target_mode, data.target) == ("val_loss", "min", 0.2)
+    row = next(r for r in data.rows if r.reached)
+    assert data.curves[row.run_id].values == [h.value for h in client.get_metric_history(row.run_id, "val_loss")]

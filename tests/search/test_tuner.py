@@ -98,6 +98,21 @@ def test_an_extended_search_loop_runs_to_the_new_count():
     assert same.total_samples == 6 and same.is_finished()
 
 
+def test_asha_on_a_loss_target_stops_the_trial_with_the_higher_loss():
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    spec = _spec(target_accuracy=None, target={"metric": "val_loss", "mode": "min", "value": 0.2},
+                 budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
+    asha = make_scheduler(spec)
+    low, high = _Trial("low", False), _Trial("high", False)
+    for trial in (low, high):
+        asha.on_trial_add(None, trial)
+    assert asha.on_trial_result(None, low, {"train_seconds": 1.0, "val_loss": 0.4}) == TrialScheduler.CONTINUE
+    assert asha.on_trial_result(None, high, {"train_seconds": 1.0, "val_loss": 2.3}) == TrialScheduler.STOP
+
+
 def test_asha_can_be_turned_off():
     from ray.tune.schedulers import FIFOScheduler
 

@@ -1,0 +1,122 @@
+"""Batches for the trainer: training micro-batches and validation batches, on the device.
+
+Tensor workloads: `data_loader: device` keeps the whole dataset resident on the device
+and slices shuffled batches there; `data_loader: dataloader` reads it through torch's
+DataLoader. Dataset workloads (`train_dataset`/`val_dataset`) are always read through
+the DataLoader with the recipe's loader knobs (workers, pinned memory, prefetch,
+persistent workers); `device` is then a recorded no-op. torch only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from autospeed.recipe import Recipe
+from autospeed.workloads import Workload
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """The batch with every tensor in it (in tuples, lists, dicts) moved to `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device, non_blocking) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+def dataset_length(dataset, which: str) -> int:
+    """Samples per pass; an iterable dataset must say (`__len__`) so epochs and the LR schedule have a length."""
+    try:
+        return len(dataset)
+    except TypeError:
+        raise ValueError(f"the workload's {which} is an IterableDataset without __len__; define __len__ "
+                         f"(samples per pass) so epochs and the LR schedule have a length") from None
+
+
+def _loader(recipe: Recipe, dataset, batch_size: int, shuffle: bool, drop_last: bool, generator, pin: bool):
+    workers = recipe.num_workers
+    iterable = isinstance(dataset, IterableDataset)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and not iterable, drop_last=drop_last,
+                      generator=generator if shuffle and not iterable else None, num_workers=workers,
+                      pin_memory=pin, prefetch_factor=recipe.prefetch_factor if workers > 0 else None,
+                      persistent_workers=recipe.persistent_workers and workers > 0)
+
+
+class Batches:
+    """Training micro-batches on the device, one epoch at a time.
+
+    Every path drops the last incomplete effective batch, so every optimizer step sees
+    batch_size x accumulation_steps samples. `applied_loader` is the loader that took effect.
+    """
+
+    def __init__(self, recipe: Recipe, workload: Workload, device: torch.device, channels_last: bool):
+        self.recipe, self.device, self.channels_last = recipe, device, channels_last
+        self.effective = recipe.batch_size * recipe.accumulation_steps
+        dataset = workload.train_dataset
+        self.n = dataset_length(dataset, "train_dataset") if dataset is not None else len(workload.train_x)
+        if self.effective > self.n:
+            raise ValueError(f"batch_size x accumulation_steps = {self.effective} exceeds the "
+                             f"{self.n} training samples; lower batch_size or accumulation_steps")
+        self.steps_per_epoch = self.n // self.effective
+        self.generator = torch.Generator().manual_seed(recipe.seed)
+        self.non_blocking = recipe.pin_memory and device.type == "cuda"  # pinned host memory copies async
+        self.resident = recipe.data_loader == "device" and dataset is None
+        self.applied_loader = "device" if self.resident else "dataloader"
+        if self.resident:
+            self.x, self.y = workload.train_x.to(device), workload.train_y.to(device)
+        else:
+            if dataset is None:
+                dataset = TensorDataset(workload.train_x, workload.train_y)
+            self.loader = _loader(recipe, dataset, recipe.batch_size, shuffle=True, drop_last=True,
+                                  generator=self.generator, pin=self.non_blocking)
+
+    def _layout(self, batch):
+        if not self.channels_last:
+            return batch
+        x, *rest = batch
+        return (x.contiguous(memory_format=torch.channels_last), *rest)
+
+    def epoch(self) -> Iterator[Any]:
+        usable = self.steps_per_epoch * self.effective
+        if self.resident:
+            order = torch.randperm(self.n, generator=self.generator)[:usable].to(self.device)
+            for start in range(0, usable, self.recipe.batch_size):
+                idx = order[start:start + self.recipe.batch_size]
+                yield self._layout((self.x[idx], self.y[idx]))  # already on the device: no copy per step
+        else:
+            # islice: the loader never fetches the micro-batches of an incomplete last effective batch
+            for batch in itertools.islice(self.loader, usable // self.recipe.batch_size):
+                yield self._layout(to_device(batch, self.device, self.non_blocking))
+
+
+class ValBatches:
+    """The validation set in batches on the device, re-iterable (one pass per evaluation)."""
+
+    def __init__(self, recipe: Recipe, workload: Workload, device: torch.device, channels_last: bool):
+        self.device, self.channels_last = device, channels_last
+        self.batch_size = workload.eval_batch_size
+        self.non_blocking = recipe.pin_memory and device.type == "cuda"
+        if workload.val_dataset is not None:
+            self.loader = _loader(recipe, workload.val_dataset, self.batch_size, shuffle=False, drop_last=False,
+                                  generator=None, pin=self.non_blocking)
+            self.x = self.y = None
+        else:
+            self.loader = None
+            self.x, self.y = workload.val_x.to(device), workload.val_y.to(device)  # once: off every clock
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.loader is not None:
+            for batch in self.loader:
+                yield to_device(batch, self.device, self.non_blocking)
+            return
+        for start in range(0, len(self.x), self.batch_size):
+            x = self.x[start:start + self.batch_size]
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            yield x, self.y[start:start + self.batch_size]

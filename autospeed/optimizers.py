@@ -1,0 +1,76 @@
+"""The recipe's optimizer and LR schedule, built from torch's own. torch only.
+
+`optimizer: muon` is torch.optim.Muon on the 2-D hidden weights (every nn.Linear weight
+except the output head: the last nn.Linear, and any weight an nn.Embedding shares) and
+AdamW on the rest (embeddings, head, norms, biases, convolutions), as Muon's authors use
+it. Muon runs with `adjust_lr_fn="match_rms_adamw"`, which scales its update to AdamW's
+RMS, so one `lr` serves both parts (and the LR schedule steps both).
+
+`optimizer_impl` picks torch's implementation: `default` (torch decides), `foreach` or
+`fused`; it applies to SGD, AdamW and Muon's AdamW part (Muon itself has one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def muon_split(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(2-D hidden weights for Muon, every other parameter for AdamW); tied parameters once."""
+    embedded = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    head = linears[-1] if linears else None
+    hidden = [m.weight for m in linears if m is not head and id(m.weight) not in embedded]
+    hidden_ids = {id(p) for p in hidden}
+    rest = [p for p in model.parameters() if id(p) not in hidden_ids]
+    return hidden, rest
+
+
+def _impl(recipe) -> dict[str, Any]:
+    return {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[recipe.optimizer_impl]
+
+
+def build_optimizers(recipe, model: nn.Module, applied: dict[str, Any]) -> list[torch.optim.Optimizer]:
+    """The recipe's optimizer(s): one, or two for Muon (Muon + AdamW). Records what took effect in `applied`."""
+    impl = _impl(recipe)
+    applied["optimizer"] = recipe.optimizer
+    applied["optimizer_impl"] = recipe.optimizer_impl
+    if recipe.optimizer == "sgd":
+        return [torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum,
+                                nesterov=recipe.momentum > 0, weight_decay=recipe.weight_decay, **impl)]
+    adamw = dict(lr=recipe.lr, betas=(recipe.momentum, 0.999), weight_decay=recipe.weight_decay, **impl)
+    if recipe.optimizer == "adamw":
+        return [torch.optim.AdamW(model.parameters(), **adamw)]
+    if not hasattr(torch.optim, "Muon"):
+        raise RuntimeError(f"optimizer: muon needs torch >= 2.9 (torch.optim.Muon); this is torch "
+                           f"{torch.__version__}: upgrade torch or use adamw")
+    hidden, rest = muon_split(model)
+    applied["muon_parameters"] = sum(p.numel() for p in hidden)
+    optimizers = []
+    if hidden:
+        optimizers.append(torch.optim.Muon(hidden, lr=recipe.lr, weight_decay=recipe.weight_decay,
+                                           momentum=recipe.momentum, adjust_lr_fn="match_rms_adamw"))
+    if rest:
+        optimizers.append(torch.optim.AdamW(rest, **adamw))
+    return optimizers
+
+
+def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int):
+    """torch's own schedulers, stepped once per optimizer step over `total_steps`."""
+    sched = torch.optim.lr_scheduler
+    if recipe.schedule == "onecycle":
+        return sched.OneCycleLR(optimizer, max_lr=recipe.lr, total_steps=max(total_steps, 2))
+    warmup = int(recipe.warmup_fraction * total_steps)
+    rest = max(total_steps - warmup, 1)
+    main = {
+        "constant": lambda: sched.ConstantLR(optimizer, factor=1.0, total_iters=0),
+        "cosine": lambda: sched.CosineAnnealingLR(optimizer, T_max=rest),
+        "linear": lambda: sched.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=rest),
+    }[recipe.schedule]()
+    if warmup == 0:
+        return main
+    ramp = sched.LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup)
+    return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
