@@ -121,9 +121,8 @@ def measure(recipe: Recipe, workload, steps: int) -> dict:
     result = train(recipe, workload)
     # history[1] is the measured interval (a float rounding may add a 1-step third one).
     if result.status != "not_reached" or len(result.history) < 2:
-        raise RuntimeError(f"{recipe.model_dump(include={'precision', 'compile', 'batch_size', 'optimizer'})}: "
-                           f"{result.status} {result.error} "
-                           f"after {len(result.history)} evaluations")
+        # A variant that fails (diverged, oom) is a finding, not a crash: the table says how it failed.
+        return {"failed": f"{result.status.value} after {len(result.history)} evaluations: {result.error}"}
     return {"samples_per_second": result.history[1]["samples_per_second"],
             "first_step_seconds": result.first_step_seconds, "compile_seconds": result.compile_seconds,
             "applied": result.applied}
@@ -162,6 +161,9 @@ def main() -> None:
             for label, overrides in variants:
                 runs[label].append(measure(base.model_copy(update=overrides), workload, args.steps))
                 m = runs[label][-1]
+                if "failed" in m:
+                    print(f"round {r + 1}/{args.rounds}  {label:<36} failed: {m['failed']}", flush=True)
+                    continue
                 print(f"round {r + 1}/{args.rounds}  {label:<36} {m['samples_per_second']:10.0f} samples/s"
                       + (f"  compile {m['compile_seconds']:.1f} s" if m["compile_seconds"] else ""), flush=True)
 
@@ -178,8 +180,13 @@ def main() -> None:
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for label, overrides in variants:
-        ms = runs[label]
-        ratios = [m["samples_per_second"] / b["samples_per_second"] for m, b in zip(ms, baseline)]
+        pairs = [(m, b) for m, b in zip(runs[label], baseline) if "failed" not in m and "failed" not in b]
+        failures = [m["failed"] for m in runs[label] if "failed" in m]
+        if not pairs:
+            lines.append(f"| {label} | failed in every round: {failures[0]} | - | - | - | - | - |")
+            continue
+        ms = [m for m, _ in pairs]
+        ratios = [m["samples_per_second"] / b["samples_per_second"] for m, b in pairs]
         compile_s = [m["compile_seconds"] for m in ms]
         asked = {"tf32": overrides.get("precision") == "tf32", **{k: overrides.get(k, False) for k in
                  ("channels_last", "cudnn_benchmark", "activation_checkpointing")}}
@@ -191,7 +198,8 @@ def main() -> None:
         lines.append(f"| {label} | {statistics.median(m['samples_per_second'] for m in ms):,.0f} | "
                      f"**{statistics.median(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
                      f"{statistics.median(m['first_step_seconds'] for m in ms):.3f} | {compile_text} | "
-                     f"{', '.join(not_applied) or '-'} |")
+                     f"{', '.join(not_applied) or '-'}"
+                     f"{f'; failed {len(failures)} of {args.rounds} rounds' if failures else ''} |")
     emit_table(f"Knob throughput relative to fp32 eager ({args.workload}, {device.type})", lines, args.out,
                device.type)
 

@@ -125,7 +125,9 @@ class ConvNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.checkpoint_blocks(self.stem(x))
-        return self.head(torch.amax(x, dim=(2, 3)))
+        # Global max pool as max(...).values, not amax: compiled amax's backward gives NaN
+        # gradients under bf16/fp16 autocast (pytorch#186799), seen on an H100 and on CPU.
+        return self.head(x.flatten(2).max(dim=2).values)
 
 
 def check_target(target, metrics: Mapping[str, Metric], workload: str, shorthand: bool = False) -> None:
