@@ -6,8 +6,12 @@ recipes and the baseline train `confirm.repeats` more times with new seeds,
 interleaved (A B C A B C ...) so machine drift hits all alike. Winner and
 speed-up are decided on medians and reported with min and max.
 
-Runs happen in the driver process with `autospeed.trainer.train` after Ray has
-shut down, one at a time with all cores. Each is an MLflow child run of the search's parent with
+Runs happen one at a time with all cores after Ray has shut down. On a GPU each
+trains in a fresh process, as a production `autospeed train` does: a cold process
+pays CUDA context, cuDNN/cuBLAS handles and kernel loading on its first step (1.0 s
+against 0.01 s warm on an H100, experiments/results/gpu/cold_start_gpu.md), which a
+warm driver would hide from every run but the first. On a CPU they train in the
+driver process, where a fresh process would add only its imports, off the clock. Each is an MLflow child run of the search's parent with
 `autospeed.kind=confirm`; the results go to the parent as the `confirm_*`
 metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` reads.
 """
@@ -15,9 +19,11 @@ metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` rea
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from autospeed import runs as res
@@ -97,6 +103,21 @@ def _threads(spec: SearchSpec) -> int | None:
     return spec.resources.cpus_per_trial or os.cpu_count()
 
 
+def _train_in_fresh_process(recipe: Recipe, threads: int | None):
+    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock."""
+    from autospeed.trainer import train
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(train, recipe, None, None, threads).result()
+
+
+def fresh_process_for(recipe: Recipe) -> bool:
+    """Whether a confirmation run of `recipe` trains in a fresh process (on a GPU: see the module doc)."""
+    from autospeed.trainer import pick_device
+
+    return pick_device(recipe).type == "cuda"
+
+
 def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
                      repeats: int | None = None, top_k: int | None = None) -> ConfirmOutcome | None:
     """Re-run the best recipes and the baseline, interleaved; log them; set the parent's confirm_* results.
@@ -127,7 +148,8 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
             for c in candidates:
                 recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
                 run_id = _start_run(client, parent, search_id, c, r, recipe, trials_total)
-                result = train(recipe, workload, num_threads=threads)
+                result = (_train_in_fresh_process(recipe, threads) if fresh_process_for(recipe)
+                          else train(recipe, workload, num_threads=threads))
                 t.finish_run(client, run_id, recipe, result)
                 c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
                 c.samples_per_second.append(result.samples_per_second)

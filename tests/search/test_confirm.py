@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from autospeed import tracking as t
-from autospeed.search.confirm import Candidate, _decide
+from autospeed.search.confirm import Candidate, _decide, _train_in_fresh_process, fresh_process_for
+from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 
 REPEATS, TOP_K = 2, 1
@@ -146,3 +147,31 @@ def test_winner_decided_on_median_not_best_single_run():
 def test_median_missing_when_most_runs_miss_target():
     c = _cand("x", [None, None, 3.0])
     assert c.median is None and c.reached == [3.0]
+
+
+def test_a_fresh_process_confirmation_run_trains_in_another_process_and_returns_its_result(write_plugin, tmp_path):
+    """On a GPU a confirmation run pays a production run's cold start: it trains in a new process."""
+    write_plugin("pid_plugin", """
+        import os
+        import torch
+        from torch import nn
+        from autospeed.workloads import Workload
+
+        def pids(out: str = ""):
+            def build():
+                with open(out, "a") as f:
+                    f.write(f"{os.getpid()}\\n")
+                return nn.Linear(3, 2)
+            x, y = torch.randn(64, 3), (torch.arange(64) % 2)
+            x[:, 0] += y * 4  # separable: reaches the target
+            return Workload(name="pids", train_x=x, train_y=y, val_x=x, val_y=y, num_classes=2, build_model=build)
+    """)
+    out = tmp_path / "pids.txt"
+    recipe = Recipe(workload="pid_plugin:pids", workload_options={"out": str(out)}, target_accuracy=0.9,
+                    batch_size=16, lr=0.1, epochs=20, eval_every_epochs=1, device="cpu")
+
+    result = _train_in_fresh_process(recipe, 1)
+
+    assert result.status == Status.REACHED and result.tta_seconds is not None
+    assert [int(p) for p in out.read_text().split()] != [os.getpid()]
+    assert fresh_process_for(recipe) is False  # on a CPU: the driver trains
