@@ -230,6 +230,18 @@ def search_compute(tracking_uri: str, name: str) -> dict[str, dict[str, float]]:
 
 
 # ---------------------------------------------------------------- recipes timed as production runs
+def add_timing_arguments(parser, baseline: bool) -> None:
+    """The options of the production-run timing every comparison shares: --repeats, --seed-base and,
+    with `baseline`, the room the baseline gets (--baseline-seconds, --baseline-epochs)."""
+    parser.add_argument("--repeats", type=int, default=7, help="timed production runs per recipe, interleaved")
+    parser.add_argument("--seed-base", type=int, default=500, help="repeat r trains with seed seed-base + r")
+    if baseline:
+        parser.add_argument("--baseline-seconds", type=float, default=60.0,
+                            help="the baseline's train-clock budget, at least (searched recipes keep their own)")
+        parser.add_argument("--baseline-epochs", type=float, default=60.0,
+                            help="the baseline's planned epochs, at least (refused unless its schedule is constant)")
+
+
 def train_fresh(recipe_yaml: dict, work: Path, label: str, seed: int) -> dict:
     """Train one recipe (YAML mapping) with `seed` in a fresh `autospeed train --json --no-track` process:
     its JSON result, plus `warnings` (its stderr's warning lines) and `process_wall_seconds` (the process,

@@ -31,8 +31,8 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, ROOT, describe_runs, provenance, results_header, roomier_baseline,  # noqa: E402
-                     search_and_export, shown, time_interleaved, write_results)
+from _common import (RESULTS, ROOT, add_timing_arguments, describe_runs, provenance, results_header,  # noqa: E402
+                     roomier_baseline, search_and_export, shown, time_interleaved, write_results)
 
 from autospeed.outcome import median_tta, speedup_interval  # noqa: E402
 from autospeed.recipe import load_recipe  # noqa: E402
@@ -62,12 +62,7 @@ def main() -> None:
                    help="search-space file: searched (without --best) and source of the baseline")
     p.add_argument("--best", help="exported recipe to measure; default: search --space first and export")
     p.add_argument("--trials", type=int, help="search trials (default: the file's budget.trials)")
-    p.add_argument("--repeats", type=int, default=7, help="timed runs per recipe, interleaved")
-    p.add_argument("--seed-base", type=int, default=500, help="repeat r trains with seed seed-base + r")
-    p.add_argument("--baseline-seconds", type=float, default=60.0,
-                   help="the baseline's train-clock budget, at least (the exported recipe keeps its own)")
-    p.add_argument("--baseline-epochs", type=float, default=60.0,
-                   help="the baseline's planned epochs, at least (refused unless its schedule is constant)")
+    add_timing_arguments(p, baseline=True)
     p.add_argument("--goal", type=float, default=2.0,
                    help="the speed-up the verdict line checks (2 on CPU by the mnist1d issue, 5 on a GPU)")
     p.add_argument("--work", default="/tmp/autospeed-speedup")
