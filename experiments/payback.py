@@ -175,7 +175,7 @@ def main() -> None:
     first = specs[variants[0].label]
     lines = [
         f"Workload {first.workload}, target {first.resolved_target.describe()}. Variants (each search's file is "
-        f"its space file with the overrides merged in, and its `name` set):", ""]
+        f"its space file with the overrides merged in, in order, a later one winning, and its `name` set):", ""]
     lines += [f"- `{v.label}`: {v.described}" for v in variants]
     lines += [
         "", "Search compute: the whole `python -m autospeed search --space <variant file>` command, process start "

@@ -112,6 +112,8 @@ def run_peer(spec: SearchSpec, epochs: float, trial_seconds: float) -> dict:
         study.optimize(objective, n_trials=spec.budget.trials)
         wall_seconds = time.perf_counter() - start
     states = Counter(t.state.name.lower() for t in study.trials)
+    if not states.get("complete"):
+        raise SystemExit(f"peer: no trial of the study completed ({dict(states)}); nothing to time")
     return {"params": study.best_trial.params, "value": study.best_value, "wall_seconds": wall_seconds,
             "train_seconds": sum(train_seconds), "states": states}
 
@@ -139,7 +141,7 @@ def main() -> None:
     overrides = args.set + ([f"budget.trials={args.trials}"] if args.trials else [])
     space = write_space_variant(args.space, overrides, "peer-autospeed", work / "spaces")
     spec = load_spec(space)
-    epochs = args.epochs or spec.recipe_for({}, baseline=True).epochs
+    epochs = args.epochs or spec.recipe_for({}).epochs  # the file's fixed.epochs, else the recipe default
     seeds = [args.seed_base + r for r in range(args.repeats)]
     print(provenance(), flush=True)
 
