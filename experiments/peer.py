@@ -96,9 +96,10 @@ def run_peer(spec: SearchSpec, epochs: float, trial_seconds: float) -> dict:
         result = train(recipe, workload, on_eval=report, num_threads=threads)
         train_seconds.append(result.train_seconds)
         last = result.history[-1]["value"] if result.history else math.nan
-        print(f"peer trial {trial.number}: {result.status}, {target.metric} {last:.4f} after "
+        pruned = result.status == Status.STOPPED_EARLY
+        print(f"peer trial {trial.number}: {'pruned' if pruned else result.status}, {target.metric} {last:.4f} after "
               f"{result.epochs_done:.1f} epochs, {result.train_seconds:.1f} s train clock", flush=True)
-        if result.status == Status.STOPPED_EARLY:
+        if pruned:
             raise optuna.TrialPruned()
         return math.nan if result.status.infeasible else last  # nan: Optuna records a failed trial
 
@@ -195,8 +196,8 @@ def main() -> None:
         f"| peer | {peer['wall_seconds']:.1f} | {peer['train_seconds']:.1f} | {sum(peer['states'].values())} ("
         + ", ".join(f"{n} {s}" for s, n in peer["states"].items()) + ") | - |", "",
         f"Production runs: {args.repeats} per recipe, interleaved (peer, autospeed, ...), seeds "
-        f"{seeds[0]}..{seeds[-1]} for both; each a fresh `python -m autospeed train --config X --json --no-track` process, exclusive CPU "
-        f"lock. TTA = train-clock seconds to the first evaluation that meets the target; a run that missed it "
+        f"{seeds[0]}..{seeds[-1]} for both; each a fresh `python -m autospeed train --config X --json --no-track` "
+        f"process, exclusive CPU lock. TTA = train-clock seconds to the first evaluation that meets the target; a run that missed it "
         f"counts as infinitely slow in a median.", "",
         "| recipe | median TTA s | min | max | every run (TTA s, in order) |", "| --- | ---: | ---: | ---: | --- |"]
     for label, rs in runs.items():
