@@ -197,8 +197,8 @@ def main() -> None:
         + ", ".join(f"{n} {s}" for s, n in peer["states"].items()) + ") | - |", "",
         f"Production runs: {args.repeats} per recipe, interleaved (peer, autospeed, ...), seeds "
         f"{seeds[0]}..{seeds[-1]} for both; each a fresh `python -m autospeed train --config X --json --no-track` "
-        f"process, exclusive CPU lock. TTA = train-clock seconds to the first evaluation that meets the target; a run that missed it "
-        f"counts as infinitely slow in a median.", "",
+        "process, exclusive CPU lock. TTA = train-clock seconds to the first evaluation that meets the target; "
+        "a run that missed it counts as infinitely slow in a median.", "",
         "| recipe | median TTA s | min | max | every run (TTA s, in order) |", "| --- | ---: | ---: | ---: | --- |"]
     for label, rs in runs.items():
         med, lo, hi, every = describe_runs(rs)
