@@ -47,16 +47,15 @@ def cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
 
 
-def machine_header(device: str = "cpu") -> str:
-    """Two lines: the machine a benchmark ran on and when."""
+def machine_line(device: str = "cpu") -> str:
+    """One line: the machine a benchmark ran on."""
     from autospeed.environment import environment
 
     env = environment(device)
     gpu = f", {env['device_name']}, CUDA {env['cuda']}, driver {env['driver']}" if env["device"] == "cuda" else ""
     return (f"machine: {env['cpu_model']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads{gpu}, "
             f"torch {env['torch']}, Python {env['python']}, autospeed {env['autospeed']}, "
-            f"{env['platform']}\n"
-            f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+            f"{env['platform']}")
 
 
 def commit() -> str:
@@ -94,10 +93,17 @@ def shown(path: str | os.PathLike) -> str:
 
 
 @functools.cache
+def _started() -> tuple[str, str, str]:
+    """(commit, command, date) at the first call: cached for the whole run, whichever device is named."""
+    return commit(), command(), datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
 def provenance(device: str = "cpu") -> str:
-    """Four lines: the commit, the exact command, the machine and the date. Taken once per run (cached), so
-    a script that calls it when it starts names the commit and date it started at, however long it runs."""
-    return f"commit: {commit()}\ncommand: {command()}\n{machine_header(device)}"
+    """Four lines: the commit, the exact command, the machine and the date. The commit and date are taken once
+    per run, so a script that calls this when it starts names the commit and date it started at, however long
+    it runs and whatever is committed meanwhile."""
+    commit_, command_, date = _started()
+    return f"commit: {commit_}\ncommand: {command_}\n{machine_line(device)}\ndate: {date}"
 
 
 def results_header(title: str, device: str = "cpu") -> str:

@@ -1,4 +1,5 @@
-"""experiments/_common.py: search-space overrides (`dotted.key=value`) merged into a space file."""
+"""experiments/_common.py: search-space overrides (`dotted.key=value`) merged into a space file, and the
+provenance a results file starts with."""
 
 import sys
 from pathlib import Path
@@ -7,7 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments"))
-from _common import apply_override, write_space_variant  # noqa: E402
+import _common  # noqa: E402
+from _common import apply_override, results_header, write_space_variant  # noqa: E402
 
 from autospeed.space import load_spec  # noqa: E402
 
@@ -37,3 +39,9 @@ def test_a_variant_file_is_the_space_with_the_overrides_and_its_name(tmp_path):
     assert (spec.name, spec.budget.trials, spec.workload) == ("v1", 2, "digits")
     with pytest.raises(SystemExit, match="variant 'v2'.*unknown key 'nonsense'"):
         write_space_variant(ROOT / "search_spaces" / "smoke.yaml", ["nonsense.enabled=false"], "v2", tmp_path)
+
+
+def test_the_results_header_names_the_commit_and_date_the_run_started_at(monkeypatch):
+    started = _common.provenance()  # a script prints this first, and writes its header hours later
+    monkeypatch.setattr(_common, "commit", lambda: "committed-meanwhile")
+    assert started in results_header("title", "cpu")
