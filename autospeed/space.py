@@ -147,6 +147,11 @@ class SearchSpec(_Strict):
         if trial.number == 0:
             trial.set_user_attr("baseline", True)
             return {"baseline": True}
+        self.suggest(trial)
+        return {"baseline": False}
+
+    def suggest(self, trial) -> dict[str, Any]:
+        """Sample every parameter of `space` whose `when` holds on an Optuna trial; returns them."""
         chosen: dict[str, Any] = {}
         for name, p in self.space.items():
             if p.when and not all(chosen.get(k) in values for k, values in p.when.items()):
@@ -160,7 +165,7 @@ class SearchSpec(_Strict):
                 chosen[name] = trial.suggest_float(name, *p.loguniform, log=True)
             else:
                 chosen[name] = trial.suggest_int(name, *p.int_, log=p.log)
-        return {"baseline": False}
+        return chosen
 
 
 def _check_layers(spec: SearchSpec, source: str) -> None:

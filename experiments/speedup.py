@@ -25,82 +25,21 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, cpu_lock, provenance, results_header, shown, write_results  # noqa: E402
+from _common import (RESULTS, ROOT, add_timing_arguments, describe_runs, provenance, results_header,  # noqa: E402
+                     roomier_baseline, search_and_export, shown, time_interleaved, write_results)
 
 from autospeed.outcome import median_tta, speedup_interval  # noqa: E402
-from autospeed.recipe import Recipe, load_recipe  # noqa: E402
+from autospeed.recipe import load_recipe  # noqa: E402
 from autospeed.space import load_spec  # noqa: E402
 
 KNOBS = ("batch_size", "accumulation_steps", "optimizer", "lr", "schedule", "warmup_fraction", "precision",
          "compile", "max_train_seconds", "epochs", "eval_every_epochs")
-
-
-def search(space: Path, trials: int | None, work: Path) -> Path:
-    """Run `autospeed search` (shared CPU lock: a search, not a benchmark) and export its best recipe."""
-    uri = f"sqlite:///{work / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "autospeed", "search", "--space", str(space), "--tracking-uri", uri,
-           "--storage-path", str(work / "runs"), "--name", "speedup-exp"]
-    if trials:
-        cmd += ["--trials", str(trials)]
-    with cpu_lock(exclusive=False):
-        if subprocess.run(cmd).returncode:
-            raise SystemExit(f"speedup: `autospeed search --space {space}` failed (its error is above)")
-    best = work / "best.yaml"
-    if subprocess.run([sys.executable, "-m", "autospeed", "export", "--name", "speedup-exp", "--tracking-uri", uri,
-                       "--out", str(best)]).returncode:
-        raise SystemExit(f"speedup: `autospeed export` of the search in {work} failed (its error is above)")
-    return best
-
-
-def roomier_baseline(baseline: Recipe, seconds: float, epochs: float) -> tuple[Recipe, str]:
-    """The baseline with a budget of at least `seconds` and `epochs`, and a sentence saying what changed."""
-    room = {"max_train_seconds": max(baseline.max_train_seconds, seconds), "epochs": max(baseline.epochs, epochs)}
-    changed = {k: v for k, v in room.items() if v != getattr(baseline, k)}
-    if not changed:
-        return baseline, "The baseline runs as the space file defines it."
-    if "epochs" in changed and (baseline.schedule != "constant" or baseline.warmup_fraction > 0):
-        raise SystemExit(f"the baseline's schedule is {baseline.schedule} with warmup_fraction "
-                         f"{baseline.warmup_fraction:g}: its learning rate depends on the planned epochs, so "
-                         f"stretching them would time another recipe; pass --baseline-epochs {baseline.epochs:g}")
-    was = ", ".join(f"{k} {getattr(baseline, k):g} -> {v:g}" for k, v in changed.items())
-    return baseline.model_copy(update=changed), (
-        f"The baseline gets more room so that it reaches the target ({was}). Its schedule is constant without "
-        f"warm-up, so its learning rate at every step is the space file's: the longer budget moves only where a "
-        f"run that has not reached the target would stop.")
-
-
-def train_fresh(recipe_yaml: dict, work: Path, label: str, seed: int) -> dict:
-    """Train one recipe (YAML mapping) with `seed` in a fresh process; the JSON result plus any warnings."""
-    path = work / f"{label}-seed{seed}.yaml"
-    path.write_text(yaml.safe_dump({**recipe_yaml, "seed": seed}, sort_keys=False))
-    proc = subprocess.run([sys.executable, "-m", "autospeed", "train", "--config", str(path), "--json",
-                           "--no-track"], capture_output=True, text=True, cwd=work)
-    try:
-        result = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise SystemExit(f"{label} seed {seed}: `autospeed train` exited {proc.returncode} without a result:\n"
-                         f"{proc.stderr[-2000:]}") from None
-    result["warnings"] = [line.replace(str(path), f"the {label} recipe") for line in proc.stderr.splitlines()
-                          if line.startswith("warning:")]
-    return result
-
-
-def describe_runs(runs: list[dict]) -> tuple[str, str, str, str]:
-    """(median, min, max, every run) as table cells; a run that missed the target shows its status."""
-    ttas = [r["tta_seconds"] for r in runs]
-    reached = [x for x in ttas if x is not None]
-    median = median_tta(ttas)
-    cell = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
-    every = ", ".join(f"{r['tta_seconds']:.2f}" if r["tta_seconds"] is not None else r["status"] for r in runs)
-    return (cell(median) if median is not None else "missed", cell(min(reached) if reached else None),
-            cell(max(reached) if reached else None), every)
 
 
 def claim(measured: dict) -> tuple[str, str, str]:
@@ -123,12 +62,7 @@ def main() -> None:
                    help="search-space file: searched (without --best) and source of the baseline")
     p.add_argument("--best", help="exported recipe to measure; default: search --space first and export")
     p.add_argument("--trials", type=int, help="search trials (default: the file's budget.trials)")
-    p.add_argument("--repeats", type=int, default=7, help="timed runs per recipe, interleaved")
-    p.add_argument("--seed-base", type=int, default=500, help="repeat r trains with seed seed-base + r")
-    p.add_argument("--baseline-seconds", type=float, default=60.0,
-                   help="the baseline's train-clock budget, at least (the exported recipe keeps its own)")
-    p.add_argument("--baseline-epochs", type=float, default=60.0,
-                   help="the baseline's planned epochs, at least (refused unless its schedule is constant)")
+    add_timing_arguments(p, baseline=True)
     p.add_argument("--goal", type=float, default=2.0,
                    help="the speed-up the verdict line checks (2 on CPU by the mnist1d issue, 5 on a GPU)")
     p.add_argument("--work", default="/tmp/autospeed-speedup")
@@ -142,7 +76,13 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     spec = load_spec(args.space)
-    best_path = Path(args.best) if args.best else search(Path(args.space), args.trials, work)
+    if args.best:
+        best_path = Path(args.best)
+    else:  # shared CPU lock: the search's recipe is measured here, not its wall time
+        searched = search_and_export(Path(args.space), work, "speedup-exp", args.trials, exclusive=False)
+        if searched.best_path is None:
+            raise SystemExit(f"speedup: `autospeed export` of the search in {work} failed: {searched.export_error}")
+        best_path = searched.best_path
     best = load_recipe(best_path)  # validates it
     best_yaml = yaml.safe_load(best_path.read_text())
     for key in ("workload", "workload_options", "resolved_target"):
@@ -158,14 +98,7 @@ def main() -> None:
     recipes = {"baseline": yaml.safe_load(baseline.to_yaml()), "exported": best_yaml}
 
     print(provenance(), flush=True)
-    runs: dict[str, list[dict]] = {k: [] for k in recipes}
-    with cpu_lock(exclusive=True):
-        for seed in seeds:
-            for label, recipe_yaml in recipes.items():
-                r = train_fresh(recipe_yaml, work, label, seed)
-                runs[label].append(r)
-                print(f"seed {seed} {label}: {r['status']} TTA {r['tta_seconds']} s, "
-                      f"{r['samples_per_second'] or 0:.0f} samples/s", flush=True)
+    runs = time_interleaved(recipes, seeds, work)
 
     ttas = {k: [r["tta_seconds"] for r in v] for k, v in runs.items()}
     mb, mw = median_tta(ttas["baseline"]), median_tta(ttas["exported"])
