@@ -30,6 +30,8 @@ TAG_BASELINE = "autospeed.baseline"
 TAG_ERROR = "autospeed.error"
 TAG_DUPLICATE_OF = "autospeed.duplicate_of"  # on a trial whose recipe an earlier trial already trained
 TAG_APPLIED = "autospeed.applied"  # on a trial: each knob and the value that took effect (JSON)
+# and, for the MLflow UI's columns, the values the batch knobs resolved to (micro_batch_size auto, lr_scaling)
+APPLIED_COLUMNS = ("micro_batch_size", "accumulation_steps", "effective_batch", "lr")
 TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"  # on the parent: the trial confirmation picked
 TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
@@ -250,6 +252,13 @@ def environment_tags(env: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+def applied_tags(applied: dict[str, Any]) -> dict[str, str]:
+    """What took effect: the whole of it as one JSON tag, and `autospeed.applied.<knob>` for APPLIED_COLUMNS."""
+    tags = {f"{TAG_APPLIED}.{k}": str(applied[k]) for k in APPLIED_COLUMNS if k in applied}
+    tags[TAG_APPLIED] = json.dumps(applied, sort_keys=True)
+    return tags
+
+
 def log_train_run(client, experiment: str, recipe, result) -> str:
     """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml."""
     with interrupts_held():
@@ -266,7 +275,7 @@ def finish_run(client, run_id: str, recipe, result) -> None:
     from mlflow.entities import RunStatus
 
     per_eval = [m for event in result.history for m in eval_metrics(event, result.best_metrics)]
-    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment)}
+    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment), **applied_tags(result.applied)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
     with interrupts_held():
