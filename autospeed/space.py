@@ -96,6 +96,15 @@ class Confirm(_Strict):
     repeats: int = Field(0, ge=0)  # 0 turns confirmation runs off
 
 
+class Probe(_Strict):
+    """The probe stage (search/probe.py): a few timed steps per systems configuration before the trials."""
+
+    enabled: bool = True
+    warmup_steps: int = Field(5, ge=0)  # optimizer steps before the timed ones (compilation, warm-up)
+    steps: int = Field(20, ge=1)  # timed optimizer steps: steady-state samples/s
+    max_configs: int = Field(24, ge=1)  # systems configurations probed, each at every batch size of the space
+
+
 class Resources(_Strict):
     gpus_per_trial: int = Field(0, ge=0)  # whole GPUs only: co-located trials corrupt timings
     cpus_per_trial: int | None = Field(None, ge=1)  # default: all cores on CPU, 4 per GPU trial
@@ -113,6 +122,7 @@ class SearchSpec(_Strict):
     asha: Asha = Field(default_factory=Asha)
     sampler: Sampler = Field(default_factory=Sampler)
     confirm: Confirm = Field(default_factory=Confirm)
+    probe: Probe = Field(default_factory=Probe)
     resources: Resources = Field(default_factory=Resources)
     baseline: dict[str, Any] = Field(default_factory=dict)
     fixed: dict[str, Any] = Field(default_factory=dict)

@@ -41,7 +41,9 @@ TAG_PARENT = "mlflow.parentRunId"
 # on every run, from its environment: where it ran ("host/<Ray node id>" under Ray, else the host name)
 TAG_NODE = "autospeed.env.node"
 TAG_DEVICE_NAME = "autospeed.env.device_name"
-KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
+KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN, KIND_PROBE = "search", "trial", "confirm", "train", "probe"
+TAG_PROBE_CONFIG = "autospeed.probe_config"  # on each probe run: its systems configuration's number
+TAG_PROBE_FIXED = "autospeed.probe_fixed"  # on the parent: the knob values the probe fixed (JSON)
 
 # ---- metrics ----
 # per evaluation, step = optimizer step: these and every metric the workload reports (val_accuracy, val_loss, ...)
@@ -59,6 +61,7 @@ M_OBJECTIVE = "objective"
 M_WALL_SECONDS = "wall_seconds"
 M_COMPILE_SECONDS = "compile_seconds"
 M_PEAK_MEMORY_MB = "peak_memory_mb"
+M_OOM = "oom"  # on a probe run: 1 when it ran out of memory
 # parent
 M_BEST_TTA = "best_tta_seconds"
 M_BASELINE_TTA = "baseline_tta_seconds"
