@@ -94,6 +94,16 @@ class Sampler(_Strict):
 class Confirm(_Strict):
     top_k: int = Field(3, ge=1)
     repeats: int = Field(0, ge=0)  # 0 turns confirmation runs off
+    # more interleaved rounds, up to this many in all, while the winner's speed-up interval overlaps the
+    # runner-up's (0: exactly `repeats`)
+    max_repeats: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _at_least_repeats(self) -> "Confirm":
+        if self.max_repeats and self.max_repeats < self.repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be >= repeats ({self.repeats}); raise it or "
+                             f"set 0 for exactly `repeats`")
+        return self
 
 
 class Probe(_Strict):

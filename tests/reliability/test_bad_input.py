@@ -75,6 +75,11 @@ CASES = [
      ["'fixed.lr_scaling'", "needs reference_batch"]),
     ("micro-batch-not-auto-or-int", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5, micro_batch_size: half}"),
      ["'fixed.micro_batch_size'", "auto or an int >= 1", "'half'"]),
+    ("confirm-max-repeats-below-repeats", GOOD.replace("fixed: {epochs: 5}",
+                                                       "fixed: {epochs: 5}\nconfirm: {repeats: 3, max_repeats: 2}"),
+     ["confirm", "max_repeats (2) must be >= repeats (3)"]),
+    ("probe-steps-zero", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5}\nprobe: {steps: 0}"),
+     ["'probe.steps'", "greater than or equal to 1"]),
     ("both-targets", GOOD + "target: {metric: val_loss, mode: min, value: 0.3}\n",
      ["exactly one of target_accuracy", "or target"]),
 ]
