@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autospeed import tracking as t
+from autospeed.live import probe_line
 from autospeed.space import Param, SearchSpec
 
 MATHS_NEUTRAL = ("compile", "channels_last", "cudnn_benchmark", "data_loader", "num_workers", "pin_memory",
@@ -315,7 +316,7 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
         probes.extend(found)
         for p in found:
             _log(client, experiment, parent_id, search_id, index, p)
-        print(probe_line(index, config, found), file=console, flush=True)
+        print(probe_line(index, config, [asdict(p) for p in found]), file=console, flush=True)
 
     for i, config in enumerate(configs):
         measure(config, i)
@@ -330,19 +331,6 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
     client.set_tag(parent_id, t.TAG_PROBE_FIXED, json.dumps({**winner, "micro_batch_size": micro}, sort_keys=True))
     print(decision.describe(), file=console, flush=True)
     return decision
-
-
-def probe_line(index: int, config: dict[str, Any], found: list[Probe]) -> str:
-    """One configuration's probes, as the live view prints them."""
-    knobs = " ".join(f"{k}={v}" for k, v in config.items()) or "(the baseline's systems knobs)"
-    parts = []
-    for p in found:
-        if p.status == OK:
-            compiled = f", compile {p.compile_seconds:.1f} s" if config.get("compile", "none") != "none" else ""
-            parts.append(f"b{p.batch_size} {p.samples_per_second:,.0f}/s{compiled}")
-        else:
-            parts.append(f"b{p.batch_size} {p.status}")
-    return f"  probe {index}: {knobs}: " + "; ".join(parts)
 
 
 def _log(client, experiment: str, parent_id: str, search_id: str, index: int, p: Probe) -> None:
