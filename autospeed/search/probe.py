@@ -5,6 +5,8 @@ timed steps decide them instead of whole trials. Each systems configuration is t
 `warmup_steps + steps` optimizer steps at every batch size of the space (micro-batch =
 batch, no accumulation) and measured: steady-state samples/s over the last `steps` (train
 clock), compile seconds (the first step's, with a compile mode), peak memory, out-of-memory.
+Evaluation runs after every step on a tiny validation set, only to read the clock there; each
+worker first runs one untimed probe, so the first configuration does not pay its start-up.
 
 Which configurations (at most `max_configs`): the base configuration (the baseline's value of
 each knob where the space offers it, else the space's first), then one knob at a time moved
@@ -41,6 +43,7 @@ MATHS_NEUTRAL = ("compile", "channels_last", "cudnn_benchmark", "data_loader", "
 OK, OOM, FAILED = "ok", "oom", "failed"  # a probe's status (autospeed.status of its run)
 _PROBE_VALIDATION_SAMPLES = 8  # evaluation runs after every probe step (to time each step): keep it tiny
 _WORKLOADS: dict[str, Any] = {}  # per worker process, as in trainable.py
+_WARM: list[bool] = []  # non-empty once this worker process ran its untimed warm-up probe
 
 
 @dataclass
@@ -128,6 +131,12 @@ def probe_config(spec_json: str, config: dict[str, Any], threads: int) -> list[d
 
     spec = SearchSpec.model_validate_json(spec_json)
     workload = _probe_workload(spec)
+    if not _WARM:  # a fresh worker's one-time costs (first allocations, thread pools) are no configuration's
+        _WARM.append(True)
+        try:
+            train(_probe_recipe(spec, config, batch_sizes(spec)[0], workload)[0], workload, num_threads=threads)
+        except ValueError:
+            pass
     out = []
     for b in batch_sizes(spec):
         probe = Probe(config, b, FAILED)
