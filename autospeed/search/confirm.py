@@ -123,8 +123,10 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     max_repeats = max(repeats, spec.confirm.max_repeats)
     total = repeats * len(candidates)
     more = f", up to {max_repeats} while the winner is not separated" if max_repeats > repeats else ""
+    of_total = f"{total}+" if more else f"{total}"
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) and the baseline: "
-          f"{repeats} interleaved repeats each{more}, new seeds ({total}{'+' if more else ''} runs)", file=console, flush=True)
+          f"{repeats} interleaved repeats each{more}, new seeds ({of_total} runs)",
+          file=console, flush=True)
     done = 0
 
     def run_round(r: int) -> None:
@@ -138,7 +140,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
             c.samples_per_second.append(result.samples_per_second)
             done += 1
             tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
-            print(f"  [{done}/{total}{'+' if more else ''}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
+            print(f"  [{done}/{of_total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
 
     try:
         repeats = confirm_rounds(candidates, repeats, max_repeats, run_round)

@@ -347,9 +347,11 @@ def _log(client, experiment: str, parent_id: str, search_id: str, index: int, p:
     from mlflow.entities import RunStatus
 
     with t.interrupts_held():
-        run = client.create_run(experiment, run_name=f"probe-{index:02d}-b{p.batch_size}", tags={
-            t.TAG_PARENT: parent_id, t.TAG_SEARCH_ID: search_id, t.TAG_KIND: t.KIND_PROBE,
-            t.TAG_STATUS: p.status, t.TAG_PROBE_CONFIG: str(index), **({t.TAG_ERROR: p.error[:500]} if p.error else {})})
+        tags = {t.TAG_PARENT: parent_id, t.TAG_SEARCH_ID: search_id, t.TAG_KIND: t.KIND_PROBE,
+                t.TAG_STATUS: p.status, t.TAG_PROBE_CONFIG: str(index)}
+        if p.error:
+            tags[t.TAG_ERROR] = p.error[:500]
+        run = client.create_run(experiment, run_name=f"probe-{index:02d}-b{p.batch_size}", tags=tags)
         values = {t.M_SAMPLES_PER_SECOND: p.samples_per_second, t.M_COMPILE_SECONDS: p.compile_seconds,
                   t.M_PEAK_MEMORY_MB: p.peak_memory_mb, t.M_OOM: float(p.status == OOM)}
         t.log_batch(client, run.info.run_id, t.metrics(values),
