@@ -7,6 +7,8 @@ Timing rules (DESIGN.md "What is timed"):
     `compile_seconds`, `first_step_seconds`);
   * evaluation pauses it; `wall_seconds` counts everything;
   * on CUDA the clock is read only after `torch.cuda.synchronize()`;
+  * `micro_batch_size: auto`: the train seconds of attempts that ran out of memory stay on
+    the clock (the TTA pays for finding the micro-batch, as a user running `auto` would);
   * TTA = train seconds at the first evaluation that meets the target (any metric the
     workload reports, in its direction: `val_accuracy >= 0.95`, `val_loss <= 1.6`).
 
