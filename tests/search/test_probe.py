@@ -182,3 +182,18 @@ def test_the_probe_is_off_when_disabled_or_with_nothing_to_decide():
     assert p.wants_probe(spec_from_dict(SPACE, "x.yaml"))
     assert not p.wants_probe(spec_from_dict({**SPACE, "probe": {"enabled": False}}, "x.yaml"))
     assert not p.wants_probe(spec_from_dict({**SPACE, "space": {"lr": {"loguniform": [0.01, 0.1]}}}, "x.yaml"))
+
+
+def test_a_resumed_search_searches_the_space_its_probe_narrowed_without_probing_again(tmp_path):
+    from autospeed.search.run import PROBED_SPACE, _probed
+    from autospeed.search.storage import SearchDir
+
+    spec = spec_from_dict(SPACE, "x.yaml")
+    decided = p.narrowed(spec, {"compile": "default", "data_loader": "device"}, 64)
+    folder = SearchDir(tmp_path)
+    folder.write_state({"search_id": "s1", PROBED_SPACE: decided.model_dump(mode="json")["space"]})
+
+    # no MLflow client and no Ray: a second probe would fail here
+    again = _probed(spec, None, "parent", "s1", folder, {"cpu": 1, "gpu": 0}, 1, None)
+
+    assert again.space == decided.space and again.space["compile"].choice == ["default"]
