@@ -133,8 +133,9 @@ def probe_config(spec_json: str, config: dict[str, Any], threads: int) -> list[d
     workload = _probe_workload(spec)
     if not _WARM:  # a fresh worker's one-time costs (first allocations, thread pools) are no configuration's
         _WARM.append(True)
+        eager = {**config, "compile": "none"} if "compile" in config else config  # no compile paid twice
         try:
-            train(_probe_recipe(spec, config, batch_sizes(spec)[0], workload)[0], workload, num_threads=threads)
+            train(_probe_recipe(spec, eager, batch_sizes(spec)[0], workload)[0], workload, num_threads=threads)
         except ValueError:
             pass
     out = []
