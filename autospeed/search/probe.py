@@ -135,14 +135,14 @@ def probe_config(spec_json: str, config: dict[str, Any], threads: int) -> list[d
         _WARM.append(True)
         eager = {**config, "compile": "none"} if "compile" in config else config  # no compile paid twice
         try:
-            train(_probe_recipe(spec, eager, batch_sizes(spec)[0], workload)[0], workload, num_threads=threads)
+            train(_probe_recipe(spec, eager, batch_sizes(spec)[0], workload), workload, num_threads=threads)
         except ValueError:
             pass
     out = []
     for b in batch_sizes(spec):
         probe = Probe(config, b, FAILED)
         try:
-            recipe, steps_per_epoch = _probe_recipe(spec, config, b, workload)
+            recipe = _probe_recipe(spec, config, b, workload)
         except ValueError as e:
             probe.error = str(e).splitlines()[0]
             out.append(asdict(probe))
@@ -190,10 +190,9 @@ def _probe_recipe(spec: SearchSpec, config: dict[str, Any], batch_size: int, wor
     base = spec.recipe_for({**config, "batch_size": batch_size})
     target = base.resolved_target
     never = Target(metric=target.metric, mode=target.mode, value=1e300 if target.mode == "max" else -1e300)
-    recipe = base.model_copy(update={
+    return base.model_copy(update={
         "accumulation_steps": 1, "micro_batch_size": None, "target": never, "target_accuracy": None,
         "epochs": total / steps_per_epoch, "eval_every_epochs": 1 / steps_per_epoch})
-    return recipe, steps_per_epoch
 
 
 def _measure(probe: Probe, result, events: list, warmup_steps: int, steps: int) -> None:
