@@ -78,6 +78,20 @@ def _drawing_on(stream: TextIO) -> dict[str, Any]:
             "redirect_stdout": is_terminal(sys.stdout), "redirect_stderr": is_terminal(sys.stderr)}
 
 
+def probe_line(index: int, config: dict[str, Any], probes: list[dict[str, Any]]) -> str:
+    """One probed systems configuration (search/probe.py) as the search prints it before the trials:
+    its knobs, then samples/s (and compile seconds) or the status at each batch size."""
+    knobs = " ".join(f"{k}={v}" for k, v in config.items()) or "(the baseline's systems knobs)"
+    parts = []
+    for p in probes:
+        if p["status"] == "ok":
+            compiled = f", compile {p['compile_seconds']:.1f} s" if config.get("compile", "none") != "none" else ""
+            parts.append(f"batch {p['batch_size']} {p['samples_per_second']:,.0f} samples/s{compiled}")
+        else:
+            parts.append(f"batch {p['batch_size']} {p['status']}")
+    return f"  probe {index}: {knobs}: " + "; ".join(parts)
+
+
 @dataclass
 class _Finished:
     label: str

@@ -62,6 +62,21 @@ def target_from(target: Target | None, target_accuracy: float | None) -> Target:
     return Target(metric=ACCURACY, mode="max", value=value)
 
 
+class LrScaling(_Strict):
+    """`lr` is the peak LR at `reference_batch` examples; a run uses lr x f(effective batch / reference_batch),
+    f = 1 (none), the ratio (linear) or its square root (sqrt): airbench's "lr per 1024 examples"."""
+
+    rule: Literal["none", "linear", "sqrt"] = "none"
+    reference_batch: int | None = Field(None, ge=1)  # examples per optimizer step at which `lr` is the peak LR
+
+    @model_validator(mode="after")
+    def _reference_given(self) -> "LrScaling":
+        if self.rule != "none" and self.reference_batch is None:
+            raise ValueError(f"rule {self.rule} needs reference_batch: the effective batch (examples per step) "
+                             f"at which lr is the peak LR, e.g. the baseline's batch_size")
+        return self
+
+
 class Measured(_Strict):
     """What the search measured for an exported recipe. Training ignores it."""
 
@@ -98,8 +113,12 @@ class Recipe(_Strict):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
-    batch_size: int = Field(128, ge=1)  # micro-batch per step
-    accumulation_steps: int = Field(1, ge=1)
+    batch_size: int = Field(128, ge=1)  # samples per forward pass, unless micro_batch_size splits it
+    accumulation_steps: int = Field(1, ge=1)  # effective batch = batch_size x accumulation_steps
+    # None: batch_size per pass. An int: passes of that many samples (it must divide batch_size), more
+    # accumulation, same effective batch. auto: batch_size, halved on out-of-memory (batch.py).
+    micro_batch_size: int | Literal["auto"] | None = None
+    lr_scaling: LrScaling = Field(default_factory=LrScaling)  # scales lr to the effective batch
     # muon: torch.optim.Muon on the 2-D hidden weights, AdamW on the rest (optimizers.py)
     optimizer: Literal["sgd", "adamw", "muon"] = "sgd"
     optimizer_impl: Literal["default", "foreach", "fused"] = "default"  # torch's implementations
@@ -125,6 +144,13 @@ class Recipe(_Strict):
 
     measured: Measured | None = None  # written by `autospeed export`; ignored by training
 
+    @field_validator("micro_batch_size", mode="before")
+    @classmethod
+    def _micro_batch(cls, value: Any) -> Any:
+        if value is None or value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError("must be auto or an int >= 1 (samples per forward pass)")
+
     @model_validator(mode="after")
     def _consistent(self) -> "Recipe":
         if self.target is not None and self.target_accuracy is not None:
@@ -134,6 +160,10 @@ class Recipe(_Strict):
             raise ValueError(
                 f"eval_every_epochs ({self.eval_every_epochs}) must be <= epochs ({self.epochs}); lower it"
             )
+        micro = self.micro_batch_size
+        if isinstance(micro, int) and micro < self.batch_size and self.batch_size % micro:
+            raise ValueError(f"micro_batch_size ({micro}) must divide batch_size ({self.batch_size}); use a divisor "
+                             f"of it, or auto")
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError("persistent_workers needs num_workers >= 1; set num_workers or drop persistent_workers")
         return self

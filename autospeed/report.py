@@ -11,6 +11,8 @@ Figures:
     tradeoff.png    TTA (or train seconds used) against the best value of the target metric
     importance.png  Optuna's parameter importances over the search's study
     confirm.png     confirmation medians with min and max (when confirmation ran)
+    probe.png       steady-state samples/s per systems configuration and batch size, OOMs marked
+                    (when the probe stage ran)
 """
 
 from __future__ import annotations
@@ -66,6 +68,28 @@ class Confirmed:
 
 
 @dataclass
+class ProbeRow:
+    """One probe run: a systems configuration at one batch size."""
+
+    config: str  # its systems knobs, "k=v k=v"
+    batch_size: int
+    samples_per_second: float | None
+    oom: bool
+
+
+def probe_rows(children: list) -> list[ProbeRow]:
+    rows = []
+    for run in children:
+        if run.data.tags.get(t.TAG_KIND) != t.KIND_PROBE:
+            continue
+        params = run.data.params
+        config = " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "batch_size") or "baseline"
+        rows.append(ProbeRow(config, int(params.get("batch_size", 0)), run.data.metrics.get(t.M_SAMPLES_PER_SECOND),
+                             run.data.metrics.get(t.M_OOM) == 1.0))
+    return sorted(rows, key=lambda r: (r.config, r.batch_size))
+
+
+@dataclass
 class SearchData:
     name: str
     search_id: str
@@ -81,6 +105,8 @@ class SearchData:
     notes: list[str] = field(default_factory=list)
     target_metric: str = ACCURACY
     target_mode: str = "max"
+    probes: list[ProbeRow] = field(default_factory=list)
+    probe_fixed: str | None = None  # what the probe fixed (the parent's tag, JSON)
 
     @property
     def metric_label(self) -> str:
@@ -214,7 +240,8 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
         name=name, search_id=search_id, parent=parent, rows=rows, curves=curves, confirmed=confirmed,
         target=target.value, target_metric=target.metric, target_mode=target.mode,
         max_train_seconds=_float_param(rows, parent, "max_train_seconds", "budget.max_train_seconds"),
-        importances=imp, environment=env, run_names=names, notes=[why] if why else [])
+        importances=imp, environment=env, run_names=names, notes=[why] if why else [],
+        probes=probe_rows(children), probe_fixed=parent.data.tags.get(t.TAG_PROBE_FIXED))
 
 
 # ------------------------------------------------------------------ figures
@@ -373,6 +400,36 @@ def plot_confirm(d: SearchData, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_probes(d: SearchData, path: Path) -> Path:
+    """Samples/s of each systems configuration (a row) at each batch size (a bar); OOM where it did not fit."""
+    plt = _pyplot()
+    configs = sorted({r.config for r in d.probes})
+    sizes = sorted({r.batch_size for r in d.probes})
+    height = 0.8 / len(sizes)
+    fig, ax = plt.subplots(figsize=(8, max(2.4, 0.5 * len(configs) * max(1, len(sizes) / 2) + 1)))
+    colours = plt.get_cmap("viridis")
+    top = max([r.samples_per_second or 0 for r in d.probes] + [1e-9])
+    for r in d.probes:
+        j = sizes.index(r.batch_size)
+        y = configs.index(r.config) + (j - (len(sizes) - 1) / 2) * height
+        if r.oom:
+            ax.text(0, y, "  OOM", va="center", fontsize=7, color=STATUS_COLOURS[Status.OOM], fontweight="bold")
+            continue
+        ax.barh(y, r.samples_per_second or 0, height=height, color=colours(j / max(1, len(sizes) - 1)),
+                label=f"batch {r.batch_size}")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    if unique:
+        ax.legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    ax.set_yticks(range(len(configs)), configs, fontsize=7)
+    ax.set_xlim(0, top * 1.15)
+    ax.set_xlabel("steady-state samples/s (train clock, after the warm-up steps)")
+    ax.set_title("Probe: systems configurations" + (f" (fixed: {d.probe_fixed})" if d.probe_fixed else ""),
+                 fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
 # ------------------------------------------------------------------ html
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
@@ -500,6 +557,10 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     if any(c.reached for c in d.confirmed):
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
+    if d.probes:
+        figures["probe"] = (plot_probes(d, out / "probe.png"),
+                            "Probe: steady-state samples/s of each systems configuration at each batch size of the "
+                            "space (OOM: out of memory); the probe fixed the maths-neutral knobs at the fastest")
     html_path = write_atomic(out / "report.html", render_html(d, figures))
     paths = [p for p, _ in figures.values()]
     if log_to_mlflow:

@@ -94,6 +94,25 @@ class Sampler(_Strict):
 class Confirm(_Strict):
     top_k: int = Field(3, ge=1)
     repeats: int = Field(0, ge=0)  # 0 turns confirmation runs off
+    # more interleaved rounds, up to this many in all, while the winner's speed-up interval overlaps the
+    # runner-up's (0: exactly `repeats`)
+    max_repeats: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _at_least_repeats(self) -> "Confirm":
+        if self.max_repeats and self.max_repeats < self.repeats:
+            raise ValueError(f"max_repeats ({self.max_repeats}) must be >= repeats ({self.repeats}); raise it or "
+                             f"set 0 for exactly `repeats`")
+        return self
+
+
+class Probe(_Strict):
+    """The probe stage (search/probe.py): a few timed steps per systems configuration before the trials."""
+
+    enabled: bool = True
+    warmup_steps: int = Field(5, ge=0)  # optimizer steps before the timed ones (compilation, warm-up)
+    steps: int = Field(20, ge=1)  # timed optimizer steps: steady-state samples/s
+    max_configs: int = Field(24, ge=1)  # systems configurations probed, each at every batch size of the space
 
 
 class Resources(_Strict):
@@ -113,6 +132,7 @@ class SearchSpec(_Strict):
     asha: Asha = Field(default_factory=Asha)
     sampler: Sampler = Field(default_factory=Sampler)
     confirm: Confirm = Field(default_factory=Confirm)
+    probe: Probe = Field(default_factory=Probe)
     resources: Resources = Field(default_factory=Resources)
     baseline: dict[str, Any] = Field(default_factory=dict)
     fixed: dict[str, Any] = Field(default_factory=dict)

@@ -30,6 +30,8 @@ TAG_BASELINE = "autospeed.baseline"
 TAG_ERROR = "autospeed.error"
 TAG_DUPLICATE_OF = "autospeed.duplicate_of"  # on a trial whose recipe an earlier trial already trained
 TAG_APPLIED = "autospeed.applied"  # on a trial: each knob and the value that took effect (JSON)
+# and, for the MLflow UI's columns, the values the batch knobs resolved to (micro_batch_size auto, lr_scaling)
+APPLIED_COLUMNS = ("micro_batch_size", "accumulation_steps", "effective_batch", "lr")
 TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"  # on the parent: the trial confirmation picked
 TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
@@ -39,7 +41,9 @@ TAG_PARENT = "mlflow.parentRunId"
 # on every run, from its environment: where it ran ("host/<Ray node id>" under Ray, else the host name)
 TAG_NODE = "autospeed.env.node"
 TAG_DEVICE_NAME = "autospeed.env.device_name"
-KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN = "search", "trial", "confirm", "train"
+KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN, KIND_PROBE = "search", "trial", "confirm", "train", "probe"
+TAG_PROBE_CONFIG = "autospeed.probe_config"  # on each probe run: its systems configuration's number
+TAG_PROBE_FIXED = "autospeed.probe_fixed"  # on the parent: the knob values the probe fixed (JSON)
 
 # ---- metrics ----
 # per evaluation, step = optimizer step: these and every metric the workload reports (val_accuracy, val_loss, ...)
@@ -57,6 +61,7 @@ M_OBJECTIVE = "objective"
 M_WALL_SECONDS = "wall_seconds"
 M_COMPILE_SECONDS = "compile_seconds"
 M_PEAK_MEMORY_MB = "peak_memory_mb"
+M_OOM = "oom"  # on a probe run: 1 when it ran out of memory
 # parent
 M_BEST_TTA = "best_tta_seconds"
 M_BASELINE_TTA = "baseline_tta_seconds"
@@ -250,6 +255,13 @@ def environment_tags(env: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+def applied_tags(applied: dict[str, Any]) -> dict[str, str]:
+    """What took effect: the whole of it as one JSON tag, and `autospeed.applied.<knob>` for APPLIED_COLUMNS."""
+    tags = {f"{TAG_APPLIED}.{k}": str(applied[k]) for k in APPLIED_COLUMNS if k in applied}
+    tags[TAG_APPLIED] = json.dumps(applied, sort_keys=True)
+    return tags
+
+
 def log_train_run(client, experiment: str, recipe, result) -> str:
     """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml."""
     with interrupts_held():
@@ -266,7 +278,7 @@ def finish_run(client, run_id: str, recipe, result) -> None:
     from mlflow.entities import RunStatus
 
     per_eval = [m for event in result.history for m in eval_metrics(event, result.best_metrics)]
-    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment)}
+    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment), **applied_tags(result.applied)}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
     with interrupts_held():

@@ -7,6 +7,8 @@ Timing rules (DESIGN.md "What is timed"):
     `compile_seconds`, `first_step_seconds`);
   * evaluation pauses it; `wall_seconds` counts everything;
   * on CUDA the clock is read only after `torch.cuda.synchronize()`;
+  * `micro_batch_size: auto`: the train seconds of attempts that ran out of memory stay on
+    the clock (the TTA pays for finding the micro-batch, as a user running `auto` would);
   * TTA = train seconds at the first evaluation that meets the target (any metric the
     workload reports, in its direction: `val_accuracy >= 0.95`, `val_loss <= 1.6`).
 
@@ -28,6 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from autospeed.batch import as_trained, effective_batch, micro_batch_sizes
 from autospeed.data import Batches, ValBatches
 from autospeed.environment import PeakMemory, environment
 from autospeed.optimizers import build_optimizers, build_schedule
@@ -93,6 +96,8 @@ class TrainResult:
     environment: dict[str, Any]
     error: str | None = None
     history: list[dict[str, float]] = field(default_factory=list)
+    # train-clock seconds of attempts that ran out of memory before the micro-batch that fit (in every time above)
+    micro_batch_retry_seconds: float = 0.0
 
     @property
     def best_val_accuracy(self) -> float | None:
@@ -267,11 +272,35 @@ def train(
 
     Never raises for a run that goes wrong: OOM, divergence and other errors come
     back as the result's status (with `error`), so a search can learn from them.
+
+    `micro_batch_size: auto`: a training step that runs out of memory restarts the run from a
+    clean state (model, optimizer, data order and seed as at the start) with half the
+    micro-batch and twice the accumulation (batch.micro_batch_sizes). The failed attempts'
+    train-clock time stays on the clock, so the TTA charges the search for a micro-batch
+    (`micro_batch_retry_seconds` says how much); out of memory at the smallest micro-batch,
+    or in evaluation (whose batch the micro-batch does not change), ends the run `oom`.
     """
     wall_start = time.perf_counter()
     if num_threads:
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
+    device = pick_device(recipe)
+    clock = _Clock(device)  # one clock over every attempt: time lost to an out-of-memory attempt is charged
+    for micro in micro_batch_sizes(recipe):
+        retry_seconds = clock.total
+        trained = as_trained(recipe, micro)
+        result, retry_smaller = _attempt(trained, workload, device, clock, on_eval, wall_start)
+        result.micro_batch_retry_seconds = retry_seconds
+        result.applied.update({"micro_batch_size": micro, "effective_batch": effective_batch(recipe), "lr": trained.lr})
+        if not retry_smaller:
+            break
+    return result
+
+
+def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _Clock,
+             on_eval, wall_start: float) -> tuple[TrainResult, bool]:
+    """One training run of `recipe` as trained (micro-batch and LR resolved, batch.as_trained), and
+    whether it ran out of memory in a training step (where a smaller micro-batch may fit)."""
     target = recipe.resolved_target
     # Every run pays for its own compilation: without this, a reused process (a Ray
     # actor running many trials) would find the graphs of an earlier run cached in
@@ -279,7 +308,6 @@ def train(
     # does for a user's next run on the same machine.
     torch.compiler.reset()
     torch.manual_seed(recipe.seed)
-    device = pick_device(recipe)
     applied: dict[str, Any] = {"device": device.type, "precision": recipe.precision,
                                "accumulation_steps": recipe.accumulation_steps,
                                # pinned memory only helps host-to-GPU copies; onecycle has its own warm-up
@@ -292,9 +320,10 @@ def train(
     peak = PeakMemory(device)  # this run's peak only, also in a reused process
 
     state = {"status": Status.NOT_REACHED, "tta": None, "best": None, "best_metrics": {}, "step": 0, "samples": 0,
-             "evals": 0, "compile_seconds": 0.0, "first_step_seconds": 0.0, "error": None, "steps_per_epoch": 1}
+             "evals": 0, "compile_seconds": 0.0, "first_step_seconds": 0.0, "error": None, "steps_per_epoch": 1,
+             "clock_at_start": clock.total}
     history: list[dict[str, float]] = []
-    clock = _Clock(device)
+    retry_smaller = False
     try:
         train_model, eval_model = prepare_model(recipe, workload, device, applied)
         batches = Batches(recipe, workload, device, applied["channels_last"])
@@ -308,6 +337,7 @@ def train(
             clock.stop()
         state["status"] = Status.OOM if _is_oom(e) else Status.FAILED
         state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        retry_smaller = state["status"] == Status.OOM and not isinstance(e, _EvaluationOutOfMemory)
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -327,7 +357,11 @@ def train(
         steps=state["step"], epochs_done=state["step"] / state["steps_per_epoch"],
         evaluations=state["evals"], applied=applied, environment=environment(device),
         error=state["error"], history=history,
-    )
+    ), retry_smaller
+
+
+class _EvaluationOutOfMemory(RuntimeError):
+    """Out of memory in evaluation: a smaller training micro-batch would not help."""
 
 
 def _evaluate(workload: Workload, eval_model: nn.Module, val_batches, autocast, attention) -> dict[str, float]:
@@ -338,6 +372,10 @@ def _evaluate(workload: Workload, eval_model: nn.Module, val_batches, autocast, 
     try:
         with torch.no_grad(), autocast(), attention():
             values = {k: float(v) for k, v in dict(evaluate(eval_model, val_batches)).items()}
+    except Exception as e:
+        if _is_oom(e):
+            raise _EvaluationOutOfMemory(f"out of memory in evaluation: {e}") from e
+        raise
     finally:
         eval_model.train(was_training)
     missing = [k for k in workload.metrics if k not in values]
@@ -379,7 +417,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     train_model.train()
 
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
-    steps_since_eval, samples_since_eval, clock_at_last_eval = 0, 0, 0.0
+    steps_since_eval, samples_since_eval, clock_at_last_eval = 0, 0, clock.total
     micro = 0
     clock.start()
     while True:
@@ -411,8 +449,8 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
             if state["step"] == 1:
                 # First step = compile (if any) + warm-up; synced so it is exact.
                 clock.stop()
-                state["first_step_seconds"] = clock.total
-                state["compile_seconds"] = clock.total if recipe.compile != "none" else 0.0
+                state["first_step_seconds"] = clock.total - state["clock_at_start"]  # this attempt's
+                state["compile_seconds"] = state["first_step_seconds"] if recipe.compile != "none" else 0.0
                 clock.start()
 
             out_of_steps = state["step"] >= total_steps

@@ -239,3 +239,14 @@ def test_a_loss_target_is_named_and_reached_downwards():
     view = SearchView(total=2, stream=io.StringIO(), live=False, metric="val_loss")
     view.finished("t_0", "trial-000", "stopped_early", None, 2.31, False, {})
     assert "best val_loss 2.3100" in view.stream.getvalue()
+
+
+def test_a_probed_configuration_is_one_line_with_speed_per_batch_size_and_ooms():
+    from autospeed.live import probe_line
+
+    line = probe_line(2, {"compile": "default", "channels_last": True}, [
+        {"batch_size": 64, "status": "ok", "samples_per_second": 12345.6, "compile_seconds": 4.12},
+        {"batch_size": 512, "status": "oom", "samples_per_second": None, "compile_seconds": None}])
+
+    assert line == ("  probe 2: compile=default channels_last=True: batch 64 12,346 samples/s, compile 4.1 s; "
+                    "batch 512 oom")

@@ -12,7 +12,7 @@ DESIGN_KNOBS = ("workload", "workload_options", "target_accuracy", "max_train_se
                 "weight_decay", "lr", "schedule", "warmup_fraction", "label_smoothing", "precision", "compile",
                 "channels_last", "data_loader", "num_workers", "pin_memory", "prefetch_factor",
                 "persistent_workers", "cudnn_benchmark", "activation_checkpointing", "target", "optimizer_impl",
-                "attention")
+                "attention", "micro_batch_size", "lr_scaling")
 
 
 def error_for(write_recipe, text: str) -> str:
@@ -40,6 +40,13 @@ def test_a_minimal_recipe_takes_the_defaults(write_recipe):
 def test_recipe_round_trips_through_yaml(write_recipe):
     recipe = Recipe(workload="digits", workload_options={"hidden": 64}, batch_size=64, precision="bf16",
                     compile="default", schedule="onecycle", data_loader="dataloader", num_workers=2)
+
+    assert load_recipe(write_recipe(recipe.to_yaml())) == recipe
+
+
+def test_batch_knobs_round_trip_through_yaml(write_recipe):
+    recipe = Recipe(workload="digits", batch_size=256, micro_batch_size="auto",
+                    lr_scaling={"rule": "sqrt", "reference_batch": 64})
 
     assert load_recipe(write_recipe(recipe.to_yaml())) == recipe
 

@@ -183,3 +183,27 @@ def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, ru
     assert "trials ran on 2 nodes" in r.stdout
     page = (out / "report.html").read_text()
     assert "<th>node</th>" in page and "host-a/22222222" in page and "id='placement'" in page
+
+
+def test_report_draws_the_probes_with_their_ooms(store):
+    """Probe runs written by the probe stage's own writer: a figure of samples/s per systems configuration."""
+    from autospeed import report
+    from autospeed.search.probe import OK, OOM, Probe, _log
+
+    exp_id = store.client.get_run(store.parent_id).info.experiment_id
+    for i, (config, speeds) in enumerate([({"compile": "none"}, {64: 900.0, 512: None}),
+                                          ({"compile": "default"}, {64: 1400.0, 512: None})]):
+        for b, sps in speeds.items():
+            probe = Probe(config, b, OOM) if sps is None else Probe(config, b, OK, sps, 0.0, 10.0)
+            _log(store.client, exp_id, store.parent_id, "s1", i, probe)
+
+    d = report.collect(store.client, "demo", str(store.tmp / "results"))
+    out = report.write_report(store.client, "demo", store.tmp / "report", storage_path=str(store.tmp / "results"),
+                              log_to_mlflow=False)
+
+    assert [(r.config, r.batch_size, r.oom) for r in d.probes] == [
+        ("compile=default", 64, False), ("compile=default", 512, True), ("compile=none", 64, False),
+        ("compile=none", 512, True)]
+    assert (store.tmp / "report" / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Probe: steady-state samples/s" in out.html_path.read_text()
+    assert len(d.rows) == 4  # probe runs are not trials

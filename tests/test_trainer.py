@@ -418,3 +418,71 @@ def test_attention_backend_takes_effect_or_is_a_recorded_no_op_on_cpu(backend, a
 
     assert result.error is None and result.steps > 0
     assert result.applied["attention"] == applied
+
+
+# ---------------------------------------------------------------- micro-batching (micro_batch_size)
+def test_auto_micro_batch_trains_a_batch_that_does_not_fit_in_micro_batches(write_plugin):
+    """Out of memory at 256 and 128 samples: auto trains micro-batches of 64 with 4x accumulation,
+    the same run (same seed, same updates) as asking for batch 64 x accumulation 4 directly."""
+    write_plugin("oom_plugin", OOM_PLUGIN)
+    small_gpu = dict(workload="oom_plugin:small_gpu", epochs=2, target_accuracy=1.0)
+
+    auto = train(recipe(**small_gpu, batch_size=256, micro_batch_size="auto"))
+    split_by_hand = train(recipe(**small_gpu, batch_size=64, accumulation_steps=4))
+
+    assert auto.status == "not_reached" and auto.error is None  # ran its epochs, not oom
+    assert auto.applied["micro_batch_size"] == 64
+    assert auto.applied["accumulation_steps"] == 4 and auto.applied["effective_batch"] == 256
+    assert [h["val_accuracy"] for h in auto.history] == [h["val_accuracy"] for h in split_by_hand.history]
+    # the two attempts that ran out of memory are charged to the run's train clock
+    assert auto.micro_batch_retry_seconds > 0
+    assert auto.train_seconds > auto.micro_batch_retry_seconds
+    assert auto.history[0]["train_seconds"] > auto.micro_batch_retry_seconds
+
+
+def test_int_micro_batch_trains_with_that_micro_batch_and_more_accumulation(digits):
+    result = train(recipe(batch_size=64, accumulation_steps=2, micro_batch_size=16, target_accuracy=1.0, epochs=1))
+
+    assert result.error is None
+    assert result.applied["micro_batch_size"] == 16 and result.applied["accumulation_steps"] == 8
+    assert result.applied["effective_batch"] == 128
+
+
+def test_auto_micro_batch_that_never_fits_ends_oom(write_plugin):
+    write_plugin("oom_plugin", OOM_PLUGIN)
+
+    # 96 -> 48 -> 24 -> 12 -> 6 -> 3: none fits in room for 2 samples
+    result = train(recipe(workload="oom_plugin:small_gpu", workload_options={"limit": 2}, batch_size=96,
+                          micro_batch_size="auto", epochs=1))
+
+    assert result.status == "oom" and "OutOfMemoryError" in result.error
+    assert result.applied["micro_batch_size"] == 3
+
+
+def test_max_micro_batch_workload_option_simulates_a_memory_limit_on_any_workload():
+    limited = {"workload_options": {"max_micro_batch": 32}, "epochs": 1, "target_accuracy": 1.0}
+
+    too_big = train(recipe(batch_size=64, **limited))
+    auto = train(recipe(batch_size=64, micro_batch_size="auto", **limited))
+
+    assert too_big.status == "oom" and "max_micro_batch" in too_big.error
+    assert auto.status == "not_reached" and auto.applied["micro_batch_size"] == 32
+
+
+# ---------------------------------------------------------------- lr_scaling
+@pytest.mark.parametrize("rule,batch_size,accumulation,expected_lr", [
+    ("none", 128, 2, 0.1),
+    ("linear", 128, 2, 0.1 * 256 / 64),
+    ("linear", 32, 1, 0.1 * 32 / 64),
+    ("sqrt", 128, 2, 0.1 * math.sqrt(256 / 64)),
+    ("sqrt", 16, 1, 0.1 * math.sqrt(16 / 64)),
+])
+def test_lr_scaling_trains_with_lr_times_f_of_the_effective_batch(digits, rule, batch_size, accumulation,
+                                                                   expected_lr):
+    """lr is the peak LR at reference_batch = 64 examples; what the optimizer used is in `applied`."""
+    scaling = {"rule": rule, "reference_batch": 64} if rule != "none" else {"rule": "none"}
+    result = train(recipe(lr=0.1, batch_size=batch_size, accumulation_steps=accumulation, lr_scaling=scaling,
+                          micro_batch_size=16, epochs=1, target_accuracy=1.0), digits)
+
+    assert result.applied["lr"] == pytest.approx(expected_lr)
+    assert result.error is None

@@ -132,7 +132,7 @@ class TrialTracker(Callback):
         if last.get("node"):  # also a repeated recipe's trial, which trains nothing
             tags[t.TAG_NODE] = last["node"]
         if last.get("applied"):
-            tags[t.TAG_APPLIED] = last["applied"]
+            tags.update(t.applied_tags(json.loads(last["applied"])))
         t.log_batch(self.client, run_id, t.final_metrics(final, score), tags=tags)
         recipe_yaml = last.get("recipe_yaml") or recipe_of(self.spec, trial.config).to_yaml()
         self.client.log_text(run_id, recipe_yaml, "recipe.yaml")

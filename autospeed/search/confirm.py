@@ -4,14 +4,17 @@ One TTA measurement is noisy, and the best of many noisy measurements is biased
 low (the winner's curse). After the search, the top `confirm.top_k` reached
 recipes and the baseline train `confirm.repeats` more times with new seeds,
 interleaved (A B C A B C ...) so machine drift hits all alike. Winner and
-speed-up are decided on medians and reported with min and max.
+speed-up are decided on medians and reported with min and max. With
+`confirm.max_repeats` above `repeats`, more interleaved rounds follow while the
+winner's bootstrap 90% speed-up interval overlaps the runner-up's (`separated`).
 
 Runs happen one at a time with all cores after Ray has shut down. On a GPU each
 trains in a fresh process, as a production `autospeed train` does: a cold process
 pays CUDA context, cuDNN/cuBLAS handles and kernel loading on its first step (1.0 s
 against 0.01 s warm on an H100, experiments/results/gpu/cold_start_gpu.md), which a
 warm driver would hide from every run but the first. On a CPU they train in the
-driver process, where a fresh process would add only its imports, off the clock. Each is an MLflow child run of the search's parent with
+driver process, where a fresh process would add only its imports, off the clock.
+Each is an MLflow child run of the search's parent with
 `autospeed.kind=confirm`; the results go to the parent as the `confirm_*`
 metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` reads.
 """
@@ -139,23 +142,31 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     stop_ray()
     threads = _threads(spec)
     workload = load_workload(spec.workload, spec.workload_options)
+    max_repeats = max(repeats, spec.confirm.max_repeats)
     total = repeats * len(candidates)
+    more = f", up to {max_repeats} while the winner is not separated" if max_repeats > repeats else ""
+    of_total = f"{total}+" if more else f"{total}"
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) and the baseline: "
-          f"{repeats} interleaved repeats each, new seeds ({total} runs)", file=console, flush=True)
+          f"{repeats} interleaved repeats each{more}, new seeds ({of_total} runs)",
+          file=console, flush=True)
     done = 0
+
+    def run_round(r: int) -> None:
+        nonlocal done
+        for c in candidates:
+            recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
+            run_id = _start_run(client, parent, search_id, c, r, recipe, trials_total)
+            result = (_train_in_fresh_process(recipe, threads) if fresh_process_for(recipe)
+                      else train(recipe, workload, num_threads=threads))
+            t.finish_run(client, run_id, recipe, result)
+            c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
+            c.samples_per_second.append(result.samples_per_second)
+            done += 1
+            tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
+            print(f"  [{done}/{of_total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
+
     try:
-        for r in range(repeats):
-            for c in candidates:
-                recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
-                run_id = _start_run(client, parent, search_id, c, r, recipe, trials_total)
-                result = (_train_in_fresh_process(recipe, threads) if fresh_process_for(recipe)
-                          else train(recipe, workload, num_threads=threads))
-                t.finish_run(client, run_id, recipe, result)
-                c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
-                c.samples_per_second.append(result.samples_per_second)
-                done += 1
-                tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else result.status
-                print(f"  [{done}/{total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
+        repeats = confirm_rounds(candidates, repeats, max_repeats, run_round)
     except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
         _end_killed(client, parent)
         raise
@@ -163,6 +174,32 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     outcome = _decide(candidates, repeats)
     _log_parent(client, parent_run_id, outcome, trials_total)
     return outcome
+
+
+def confirm_rounds(candidates: list[Candidate], repeats: int, max_repeats: int, run_round) -> int:
+    """Run interleaved rounds (`run_round(r)` trains every candidate once): `repeats` of them, then more,
+    up to `max_repeats` in all, while the winner is not separated from the runner-up. Returns the rounds run."""
+    rounds = 0
+    while rounds < repeats or (rounds < max_repeats and not separated(candidates)):
+        run_round(rounds)
+        rounds += 1
+    return rounds
+
+
+def separated(candidates: list[Candidate]) -> bool:
+    """The winner's bootstrap 90% speed-up interval lies above the runner-up's (the baseline included, whose
+    speed-up is 1 by definition): the ranking would not change with more seeds, within that confidence.
+    A winner whose interval is undefined at its low end (too many missed targets) is not separated; a
+    runner-up undefined at its high end is beaten. Without a baseline or a runner-up there is nothing to separate."""
+    base = next((c for c in candidates if c.baseline), None)
+    ranked = sorted((c for c in candidates if c.median is not None), key=lambda c: c.median)
+    if base is None or base.median is None or len(ranked) < 2:
+        return True
+    winner_low, _ = speedup_interval(base.ttas, ranked[0].ttas)
+    _, runner_up_high = speedup_interval(base.ttas, ranked[1].ttas)
+    if winner_low is None:
+        return False
+    return runner_up_high is None or winner_low > runner_up_high
 
 
 def _decide(candidates: list[Candidate], repeats: int) -> ConfirmOutcome:

@@ -20,8 +20,11 @@ from autospeed.errors import UserError
 from autospeed.outcome import Status
 from autospeed.search import _ray
 from autospeed.search.storage import SearchDir, check_writable, latest_search_dir, search_root
-from autospeed.space import SearchSpec
+from autospeed.space import Param, SearchSpec
 from autospeed.yamlio import write_atomic
+
+
+PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
 
 
 @dataclass
@@ -102,8 +105,9 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     previous_sigterm = sigterm_as_sigint()
     outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
     try:
+        searched = _probed(spec, client, parent_id, search_id, search_dir, resources, threads, console)
         outcome.interrupted, outcome.stop_reason = _trials(
-            spec, client, parent_id, search_id, search_dir, console, total=total, resources=resources,
+            searched, client, parent_id, search_id, search_dir, console, total=total, resources=resources,
             concurrent=concurrent, threads=threads, seed=seed, resume=state is not None, verbose=verbose)
         if previous_sigterm is not None:  # on the main thread, where handlers can be set
             # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
@@ -131,6 +135,22 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
             signal.signal(signal.SIGINT, previous_sigint)
     outcome.wall_seconds = time.perf_counter() - wall_start
     return outcome
+
+
+def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir,
+            resources: dict[str, float], threads: int, console) -> SearchSpec:
+    """The spec the trials search: the space as the probe stage narrowed it (search/probe.py), or the
+    file's when the probe is off or has nothing to decide. Probed once: a resumed search reuses it."""
+    from autospeed.search.probe import run_probes, wants_probe
+
+    state = search_dir.read_state()
+    if PROBED_SPACE in state:
+        return spec.model_copy(update={"space": {k: Param.model_validate(v) for k, v in state[PROBED_SPACE].items()}})
+    if not wants_probe(spec):
+        return spec
+    decision = run_probes(spec, client, parent_id, search_id, resources, threads, console)
+    search_dir.write_state({**state, PROBED_SPACE: decision.spec.model_dump(mode="json")["space"]})
+    return decision.spec
 
 
 def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir, console, *,
@@ -197,7 +217,9 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
         raise UserError(f"--resume: no earlier search named '{spec.name}' under "
                         f"{search_root(storage_path, spec.name)}; run without --resume")
     state = folder.read_state()
-    changed = _changed_keys(state["spec"], spec.model_dump(mode="json"))
+    # re-validated, the stored spec gains the defaults of keys added since it was written (probe, ...)
+    stored = SearchSpec.model_validate(state["spec"]).model_dump(mode="json")
+    changed = _changed_keys(stored, spec.model_dump(mode="json"))
     if changed:
         raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                         f"restore those keys to resume, or start a new search without --resume")

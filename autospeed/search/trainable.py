@@ -47,6 +47,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report(done)
         return
 
+    from autospeed.batch import pin_micro_batch
     from autospeed.environment import environment
     from autospeed.trainer import pick_device, train
     from autospeed.workloads import load_workload
@@ -96,5 +97,6 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
         "error": r.error or "", "applied": json.dumps(r.applied), "node": where,
         "environment": json.dumps({**r.environment, "node": where}),
-        "recipe_yaml": recipe.to_yaml(), "recipe_key": key,
+        # micro_batch_size auto: the recipe.yaml that confirmation and export read pins the micro-batch that fit
+        "recipe_yaml": pin_micro_batch(recipe, r.applied).to_yaml(), "recipe_key": key,
     })

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from autospeed.errors import UserError
 from autospeed.workloads import _builtin, _lm
-from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload
+from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload, with_memory_limit
 
 BUILTIN: dict[str, Callable[..., Workload]] = {
     "mnist1d": _builtin.mnist1d,
@@ -54,8 +54,17 @@ def resolve_factory(spec: str) -> Callable[..., Workload]:
     return factory
 
 
+# A workload option every workload takes (the factory never sees it): the simulated memory limit.
+MAX_MICRO_BATCH = "max_micro_batch"
+
+
 def check_options(spec: str, options: dict[str, Any]) -> None:
     """Reject workload_options the factory does not take, before anything runs."""
+    limit = options.get(MAX_MICRO_BATCH)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UserError(f"workload_options.{MAX_MICRO_BATCH}: must be an int >= 1 (samples per training forward "
+                        f"pass that fit in the simulated memory), got {limit!r}")
+    options = {k: v for k, v in options.items() if k != MAX_MICRO_BATCH}
     factory = resolve_factory(spec)
     params = inspect.signature(factory).parameters
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
@@ -69,8 +78,9 @@ def check_options(spec: str, options: dict[str, Any]) -> None:
 def load_workload(spec: str, options: dict[str, Any] | None = None) -> Workload:
     options = dict(options or {})
     check_options(spec, options)
+    limit = options.pop(MAX_MICRO_BATCH, None)
     workload = resolve_factory(spec)(**options)
     if not isinstance(workload, Workload):
         raise UserError(f"workload: '{spec}' returned {type(workload).__name__}, not an "
                         f"autospeed.workloads.Workload; return one from the factory")
-    return workload
+    return workload if limit is None else with_memory_limit(workload, limit)

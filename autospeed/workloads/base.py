@@ -16,6 +16,7 @@ checkpointable blocks as `model.checkpoint_blocks` (an nn.Sequential or nn.Modul
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -103,6 +104,26 @@ class Workload:
     @property
     def uses_datasets(self) -> bool:
         return self.train_dataset is not None
+
+
+def with_memory_limit(workload: Workload, max_micro_batch: int) -> Workload:
+    """The workload with a simulated memory limit (workload option `max_micro_batch`): its model raises
+    torch.OutOfMemoryError, as a full GPU would, on a training forward pass of more than `max_micro_batch`
+    samples. Lets a search on a CPU contain batch sizes that do not fit; evaluation is not limited."""
+    build = workload.build_model
+
+    def too_big(module: nn.Module, args: tuple) -> None:
+        samples = args[0].shape[0] if args and isinstance(args[0], torch.Tensor) else 0
+        if module.training and torch.is_grad_enabled() and samples > max_micro_batch:
+            raise torch.OutOfMemoryError(f"simulated out of memory: a training pass of {samples} samples, "
+                                         f"room for {max_micro_batch} (workload option max_micro_batch)")
+
+    def build_limited() -> nn.Module:
+        model = build()
+        model.register_forward_pre_hook(too_big)
+        return model
+
+    return dataclasses.replace(workload, build_model=build_limited)
 
 
 def conv_bn(c_in: int, c_out: int) -> nn.Sequential:

@@ -64,6 +64,22 @@ CASES = [
     ("target-lm-perplexity-below-one", GOOD.replace("workload: digits", "workload: lm").replace(
         "target_accuracy: 0.9", "target: {metric: val_perplexity, mode: min, value: 0.5}"),
      ["'target.value'", "val_perplexity takes values in [1, inf]", "val_loss (min), val_perplexity (min)"]),
+    # lr_scaling and micro_batch_size: the key, the bad value and what is allowed
+    ("lr-scaling-unknown-rule", GOOD.replace("fixed: {epochs: 5}",
+                                             "fixed: {epochs: 5, lr_scaling: {rule: cubic, reference_batch: 64}}"),
+     ["'fixed.lr_scaling'", "lr_scaling.rule", "'none', 'linear' or 'sqrt'", "'cubic'"]),
+    ("lr-scaling-reference-below-1", GOOD.replace("fixed: {epochs: 5}",
+                                                  "fixed: {epochs: 5, lr_scaling: {rule: linear, reference_batch: 0}}"),
+     ["'fixed.lr_scaling'", "lr_scaling.reference_batch", "greater than or equal to 1", "(got 0)"]),
+    ("lr-scaling-without-reference", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5, lr_scaling: {rule: sqrt}}"),
+     ["'fixed.lr_scaling'", "needs reference_batch"]),
+    ("micro-batch-not-auto-or-int", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5, micro_batch_size: half}"),
+     ["'fixed.micro_batch_size'", "auto or an int >= 1", "'half'"]),
+    ("confirm-max-repeats-below-repeats", GOOD.replace("fixed: {epochs: 5}",
+                                                       "fixed: {epochs: 5}\nconfirm: {repeats: 3, max_repeats: 2}"),
+     ["confirm", "max_repeats (2) must be >= repeats (3)"]),
+    ("probe-steps-zero", GOOD.replace("fixed: {epochs: 5}", "fixed: {epochs: 5}\nprobe: {steps: 0}"),
+     ["'probe.steps'", "greater than or equal to 1"]),
     ("both-targets", GOOD + "target: {metric: val_loss, mode: min, value: 0.3}\n",
      ["exactly one of target_accuracy", "or target"]),
 ]

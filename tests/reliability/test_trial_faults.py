@@ -32,6 +32,8 @@ def _spec(marker, **over) -> dict:
         "target_accuracy": 0.9, "budget": {"trials": 7, "max_train_seconds": BUDGET},
         "asha": {"enabled": False}, "sampler": {"kind": "random", "seed": 18},  # sequence: ok ok compile oom nan compile
         "confirm": {"top_k": 1, "repeats": 0},
+        # the faults are the trials' to meet: a probe would narrow compile to none and log its own OOMs
+        "probe": {"enabled": False},
         "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 20, "eval_every_epochs": 1, "batch_size": 8},
         # compile=default fails (no C++ compiler, below); with compile=none the batch size picks the fault.
         "space": {"compile": {"choice": ["none", "default"]},

@@ -175,3 +175,36 @@ def test_a_fresh_process_confirmation_run_trains_in_another_process_and_returns_
     assert result.status == Status.REACHED and result.tta_seconds is not None
     assert [int(p) for p in out.read_text().split()] != [os.getpid()]
     assert fresh_process_for(recipe) is False  # on a CPU: the driver trains
+
+
+# ---------------------------------------------------------------- confirm.max_repeats
+def test_rounds_are_added_while_the_winner_overlaps_the_runner_up_up_to_max_repeats():
+    """Two recipes whose TTAs alternate so that neither's speed-up interval ever separates: the
+    confirmation adds interleaved rounds up to max_repeats, then stops."""
+    a, b, base = _cand("a", []), _cand("b", []), _cand("base", [], baseline=True)
+    ttas = {"a": [2.0, 3.0], "b": [3.0, 2.0], "base": [8.0, 8.0]}  # per round parity: a and b swap places
+    order = []
+
+    def run_round(r: int) -> None:
+        for c in (a, b, base):
+            c.ttas.append(ttas[c.trial_id][r % 2])
+            order.append(c.trial_id)
+
+    from autospeed.search.confirm import confirm_rounds
+
+    assert confirm_rounds([a, b, base], repeats=2, max_repeats=5, run_round=run_round) == 5
+    assert order == ["a", "b", "base"] * 5  # interleaved, every round
+
+
+def test_no_round_is_added_once_the_winner_separates_from_the_runner_up():
+    fast, slow, base = _cand("fast", []), _cand("slow", []), _cand("base", [], baseline=True)
+    ttas = {"fast": [1.0, 1.1], "slow": [4.0, 4.2], "base": [8.0, 8.4]}
+
+    def run_round(r: int) -> None:
+        for c in (fast, slow, base):
+            c.ttas.append(ttas[c.trial_id][r % 2])
+
+    from autospeed.search.confirm import confirm_rounds, separated
+
+    assert confirm_rounds([fast, slow, base], repeats=2, max_repeats=5, run_round=run_round) == 2
+    assert separated([fast, slow, base])
