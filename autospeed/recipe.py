@@ -98,8 +98,11 @@ class Recipe(_Strict):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
-    batch_size: int = Field(128, ge=1)  # micro-batch per step
+    batch_size: int = Field(128, ge=1)  # micro-batch per step, per worker
     accumulation_steps: int = Field(1, ge=1)
+    # Data-parallel workers (torch DDP through Ray Train, one GPU each on GPUs). batch_size stays the
+    # micro-batch of ONE worker: an optimizer step sees workers x batch_size x accumulation_steps samples.
+    workers: int = Field(1, ge=1)
     # muon: torch.optim.Muon on the 2-D hidden weights, AdamW on the rest (optimizers.py)
     optimizer: Literal["sgd", "adamw", "muon"] = "sgd"
     optimizer_impl: Literal["default", "foreach", "fused"] = "default"  # torch's implementations
