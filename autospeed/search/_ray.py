@@ -149,12 +149,13 @@ def stop_ray() -> None:
             ray.shutdown()
 
 
-def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None,
-                    max_concurrent_trials: int | None) -> tuple[dict[str, float], int, int]:
+def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None, max_concurrent_trials: int | None,
+                    workers_per_trial: int = 1) -> tuple[dict[str, float], int, int]:
     """(per-trial resources, concurrent trials, torch threads per trial) on the Ray cluster joined.
 
-    DESIGN.md "Concurrency": one whole GPU per trial; on CPU one trial at a time with all the
-    cores of one node (a trial cannot span nodes, so on a cluster the largest node's)."""
+    DESIGN.md "Concurrency": one whole GPU per trial (per worker, with data-parallel workers); on
+    CPU one trial at a time with all the cores of one node (a trial cannot span nodes, so on a
+    cluster the largest node's)."""
     import ray
 
     cluster = ray.cluster_resources()
@@ -164,7 +165,7 @@ def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None,
         if cluster.get("GPU", 0) < gpus:
             raise RunFailure(f"resources.gpus_per_trial is {gpus} but Ray sees {int(cluster.get('GPU', 0))} GPUs; "
                              f"set gpus_per_trial: 0 for a CPU search or join a cluster with GPUs")
-        concurrent = max_concurrent_trials or max(1, int(cluster.get("GPU", 0) // gpus))
+        concurrent = max_concurrent_trials or max(1, int(cluster.get("GPU", 0) // (gpus * workers_per_trial)))
     else:
         node_cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         cpus = cpus_per_trial or max(1, int(max(node_cpus, default=cluster.get("CPU", 1))))
