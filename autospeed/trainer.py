@@ -306,8 +306,8 @@ def train(
     clock = _Clock(device)
     try:
         train_model, eval_model = prepare_model(recipe, workload, device, applied, replicas)
-        batches = Batches(recipe, workload, device, applied["channels_last"],
-                          *((replicas.rank, replicas.world_size) if replicas else ()))
+        batches = Batches(recipe, workload, device, applied["channels_last"], rank=replicas.rank if replicas else 0,
+                          world_size=replicas.world_size if replicas else 1)
         applied["data_loader"] = batches.applied_loader
         state["steps_per_epoch"] = batches.steps_per_epoch
         val_batches = ValBatches(recipe, workload, device, applied["channels_last"])

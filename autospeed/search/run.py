@@ -215,7 +215,10 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
         raise UserError(f"--resume: no earlier search named '{spec.name}' under "
                         f"{search_root(storage_path, spec.name)}; run without --resume")
     state = folder.read_state()
-    changed = _changed_keys(state["spec"], spec.model_dump(mode="json"))
+    # The saved file through today's schema: keys added since it was saved (resources.workers_per_trial)
+    # take their defaults instead of reading as changed.
+    saved = SearchSpec.model_validate(state["spec"]).model_dump(mode="json")
+    changed = _changed_keys(saved, spec.model_dump(mode="json"))
     if changed:
         raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                         f"restore those keys to resume, or start a new search without --resume")
