@@ -140,6 +140,15 @@ def check_storage_shared(folder, timeout_seconds: float = 300.0) -> None:
                          f"folder every node mounts at the same path (a shared file system)")
 
 
+def kill_stopped_trials_after(seconds: int) -> None:
+    """Tune stops a trial gracefully and kills its actor only after TUNE_FORCE_TRIAL_CLEANUP_S (600 s
+    by default). A data-parallel trial's actor is busy driving its Ray Train run (TorchTrainer.fit
+    waits on the Train controller), so an ASHA stop ends it only when the actor is killed; the Train
+    controller and workers it owns go with it and Ray Train frees their placement group. Until then
+    they hold the cores and GPUs the next trial needs. Read when the Tuner starts: call before it."""
+    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", str(seconds))
+
+
 def stop_ray() -> None:
     """The search's Ray processes would share the cores with timed runs after it (confirmation)."""
     if "ray" in sys.modules:

@@ -94,6 +94,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
                                     ray.cluster_resources().get("GPU", 0))
         if problem:
             raise UserError(f"{space_path}: key '{asked_by}': {problem}")
+        _ray.kill_stopped_trials_after(10)
     _ray.check_storage_shared(root)  # trials read the search's files where they run
 
     if state is not None:
