@@ -56,6 +56,24 @@ def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline():
     assert asha.on_trial_result(None, base, {"train_seconds": 1.0, "val_accuracy": 0.05}) == TrialScheduler.CONTINUE
 
 
+def test_asha_never_stops_a_data_parallel_trial():
+    """Its Tune actor is busy driving the Ray Train run: a stop would hold the workers' resources."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    spec = _spec(budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
+    asha = make_scheduler(spec)
+    strong, weak_one, weak_two = _Trial("strong", False), _Trial("weak1", False), _Trial("weak2", False)
+    for trial in (strong, weak_one, weak_two):
+        asha.on_trial_add(None, trial)
+    assert asha.on_trial_result(None, strong, {"train_seconds": 1.0, "val_accuracy": 0.9}) == TrialScheduler.CONTINUE
+    one = {"train_seconds": 1.0, "val_accuracy": 0.1, "workers": 1}
+    assert asha.on_trial_result(None, weak_one, one) == TrialScheduler.STOP
+    two = {"train_seconds": 1.0, "val_accuracy": 0.1, "workers": 2}
+    assert asha.on_trial_result(None, weak_two, two) == TrialScheduler.CONTINUE
+
+
 def test_a_resumed_asha_compares_new_trials_with_the_finished_ones():
     """Tune never saves its scheduler: a resumed (or extended) search refills ASHA's rungs from
     the finished trials' reports in the ledger, so a weak new trial is stopped at the first rung
