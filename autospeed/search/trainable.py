@@ -56,7 +56,8 @@ class TrialReports:
                                               "workers": self.recipe.workers})}
         self.first = False
         return {
-            **env, "node": self.where, WORKERS: self.recipe.workers, "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds,
+            **env, "node": self.where, WORKERS: self.recipe.workers, "step": e.step, "epoch": e.epoch,
+            "train_seconds": e.train_seconds,
             "wall_seconds": e.wall_seconds,
             **e.metrics, **{f"best_{k}": v for k, v in e.best_metrics.items()}, METRIC_NAMES: sorted(e.metrics),
             "value": e.value, "best_value": e.best_value, "train_loss": e.train_loss,
@@ -68,7 +69,8 @@ class TrialReports:
     def final(self, r) -> dict[str, Any]:
         metric = self.recipe.resolved_target.metric
         return {
-            FINAL: True, "status": r.status.value, WORKERS: self.recipe.workers, "step": r.steps, "train_seconds": r.train_seconds,
+            FINAL: True, "status": r.status.value, WORKERS: self.recipe.workers, "step": r.steps,
+            "train_seconds": r.train_seconds,
             # the target metric's key carries its best value, so the scheduler reads the final standing
             # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
             metric: r.best_value if r.best_value is not None else math.nan, "best_value": r.best_value,

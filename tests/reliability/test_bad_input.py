@@ -133,7 +133,8 @@ WORKER_CASES = [
     ("workers-per-trial-below-1", GOOD.replace("baseline:", "resources: {workers_per_trial: 0}\nbaseline:"),
      ["resources.workers_per_trial", "greater than or equal to 1"]),
     ("workers-knob-below-1", GOOD + "  workers: {choice: [1, 0]}\n", ["space.workers.choice[1]", "workers"]),
-    ("several-gpus-per-worker", GOOD.replace("baseline:", "resources: {gpus_per_trial: 2, workers_per_trial: 2}\nbaseline:"),
+    ("several-gpus-per-worker",
+     GOOD.replace("baseline:", "resources: {gpus_per_trial: 2, workers_per_trial: 2}\nbaseline:"),
      ["resources.gpus_per_trial", "one GPU", "'resources.workers_per_trial' asks for 2", "set gpus_per_trial: 1"]),
 ]
 
