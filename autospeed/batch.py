@@ -21,8 +21,8 @@ AUTO = "auto"
 
 
 def effective_batch(recipe) -> int:
-    """Samples per optimizer step."""
-    return recipe.batch_size * recipe.accumulation_steps
+    """Samples per optimizer step, over all data-parallel workers."""
+    return recipe.workers * recipe.batch_size * recipe.accumulation_steps
 
 
 def micro_batch_sizes(recipe) -> list[int]:

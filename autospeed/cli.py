@@ -52,16 +52,27 @@ def cmd_train(args) -> int:
                   f"its measured speed may not hold here", file=sys.stderr)
 
     out = sys.stderr if args.json else sys.stdout
-    print(f"training {recipe.workload} to {target.describe()} on {here['device_name']} "
+    on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
+    print(f"training {recipe.workload} to {target.describe()} on {on}{here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
 
-    from autospeed.live import TrainProgress
+    if recipe.workers > 1:
+        # Ray Train starts the workers and their process group; rank 0's result comes back (no live bar:
+        # the evaluations happen in the workers' processes).
+        from autospeed.search.data_parallel import train_on_workers
 
-    bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
-    try:
-        result = train(recipe, workload, on_eval=bar.update)
-    finally:
-        bar.close()
+        try:
+            result = train_on_workers(recipe)
+        except UserError as e:
+            raise UserError(f"{args.config}: {e}") from None
+    else:
+        from autospeed.live import TrainProgress
+
+        bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
+        try:
+            result = train(recipe, workload, on_eval=bar.update)
+        finally:
+            bar.close()
     if client is not None:
         run_id = tracking.log_train_run(client, args.experiment, recipe, result)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
@@ -212,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    t = sub.add_parser("train", help="train one recipe (no Ray needed)")
+    t = sub.add_parser("train", help="train one recipe (no Ray needed for workers: 1; Ray Train for more)")
     t.add_argument("--config", required=True, help="recipe YAML (e.g. best.yaml from `autospeed export`)")
     t.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     t.add_argument("--experiment", default=DEFAULT_TRAIN_EXPERIMENT, help="MLflow experiment for the run")

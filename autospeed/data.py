@@ -13,7 +13,7 @@ import itertools
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset
 
 from autospeed.recipe import Recipe
 from autospeed.workloads import Workload
@@ -39,30 +39,40 @@ def dataset_length(dataset, which: str) -> int:
                          f"(samples per pass) so epochs and the LR schedule have a length") from None
 
 
-def _loader(recipe: Recipe, dataset, batch_size: int, shuffle: bool, drop_last: bool, generator, pin: bool):
+def _loader(recipe: Recipe, dataset, batch_size: int, shuffle: bool, drop_last: bool, generator, pin: bool,
+            sampler=None):
     workers = recipe.num_workers
-    iterable = isinstance(dataset, IterableDataset)
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and not iterable, drop_last=drop_last,
-                      generator=generator if shuffle and not iterable else None, num_workers=workers,
+    shuffle = shuffle and not isinstance(dataset, IterableDataset) and sampler is None  # a sampler shuffles itself
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, sampler=sampler,
+                      generator=generator if shuffle else None, num_workers=workers,
                       pin_memory=pin, prefetch_factor=recipe.prefetch_factor if workers > 0 else None,
                       persistent_workers=recipe.persistent_workers and workers > 0)
 
 
 class Batches:
-    """Training micro-batches on the device, one epoch at a time.
+    """Training micro-batches on the device, one epoch at a time, for worker `rank` of `world_size`.
 
     Every path drops the last incomplete effective batch, so every optimizer step sees
-    batch_size x accumulation_steps samples. `applied_loader` is the loader that took effect.
+    `effective` = world_size x batch_size x accumulation_steps samples over all workers, each
+    worker a distinct batch_size of them. On the resident path every worker draws the same
+    permutation and takes its own slice of each global micro-batch, so N workers of batch B see
+    exactly the samples one worker of batch N x B would; the DataLoader path shards with torch's
+    DistributedSampler. `applied_loader` is the loader that took effect.
     """
 
-    def __init__(self, recipe: Recipe, workload: Workload, device: torch.device, channels_last: bool):
+    def __init__(self, recipe: Recipe, workload: Workload, device: torch.device, channels_last: bool,
+                 rank: int = 0, world_size: int = 1):
         self.recipe, self.device, self.channels_last = recipe, device, channels_last
-        self.effective = recipe.batch_size * recipe.accumulation_steps
+        self.rank, self.world_size = rank, world_size
+        self.effective = world_size * recipe.batch_size * recipe.accumulation_steps
         dataset = workload.train_dataset
         self.n = dataset_length(dataset, "train_dataset") if dataset is not None else len(workload.train_x)
         if self.effective > self.n:
-            raise ValueError(f"batch_size x accumulation_steps = {self.effective} exceeds the "
-                             f"{self.n} training samples; lower batch_size or accumulation_steps")
+            raise ValueError(f"workers x batch_size x accumulation_steps = {self.effective} exceeds the "
+                             f"{self.n} training samples; lower batch_size, accumulation_steps or workers")
+        if world_size > 1 and isinstance(dataset, IterableDataset):
+            raise ValueError("an IterableDataset cannot be split among workers (each would read the same "
+                             "stream); give a map-style train_dataset or set workers: 1")
         self.steps_per_epoch = self.n // self.effective
         self.generator = torch.Generator().manual_seed(recipe.seed)
         self.non_blocking = recipe.pin_memory and device.type == "cuda"  # pinned host memory copies async
@@ -73,8 +83,11 @@ class Batches:
         else:
             if dataset is None:
                 dataset = TensorDataset(workload.train_x, workload.train_y)
+            self.sampler = None if world_size == 1 else DistributedSampler(
+                dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=recipe.seed, drop_last=True)
             self.loader = _loader(recipe, dataset, recipe.batch_size, shuffle=True, drop_last=True,
-                                  generator=self.generator, pin=self.non_blocking)
+                                  generator=self.generator, pin=self.non_blocking, sampler=self.sampler)
+        self.epochs_started = 0
 
     def _layout(self, batch):
         if not self.channels_last:
@@ -83,15 +96,20 @@ class Batches:
         return (x.contiguous(memory_format=torch.channels_last), *rest)
 
     def epoch(self) -> Iterator[Any]:
-        usable = self.steps_per_epoch * self.effective
+        usable = self.steps_per_epoch * self.effective  # samples this epoch, over all workers
+        micro = self.recipe.batch_size
         if self.resident:
             order = torch.randperm(self.n, generator=self.generator)[:usable].to(self.device)
-            for start in range(0, usable, self.recipe.batch_size):
-                idx = order[start:start + self.recipe.batch_size]
+            mine = self.rank * micro  # this worker's slice of each global micro-batch
+            for start in range(0, usable, micro * self.world_size):
+                idx = order[start + mine:start + mine + micro]
                 yield self._layout((self.x[idx], self.y[idx]))  # already on the device: no copy per step
         else:
+            if self.sampler is not None:
+                self.sampler.set_epoch(self.epochs_started)  # a new shuffle each epoch, the same on every worker
+            self.epochs_started += 1
             # islice: the loader never fetches the micro-batches of an incomplete last effective batch
-            for batch in itertools.islice(self.loader, usable // self.recipe.batch_size):
+            for batch in itertools.islice(self.loader, usable // (micro * self.world_size)):
                 yield self._layout(to_device(batch, self.device, self.non_blocking))
 
 

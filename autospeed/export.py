@@ -46,6 +46,7 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
            "one search measurement, unconfirmed (set confirm.repeats > 0 for medians and a speed-up)")
     header = (f"# Exported by autospeed from search '{name}' ({measured.search_id}), trial {best.trial_id}.\n"
               f"# TTA is train-clock seconds to {recipe.resolved_target.describe()} on "
+              f"{f'{recipe.workers} data-parallel workers (one device each) on ' if recipe.workers > 1 else ''}"
               f"{env.get('device_name', 'the search machine')}, "
               f"{how}; `measured` is ignored by training.\n")
     return header + recipe.to_yaml(), best

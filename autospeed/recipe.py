@@ -113,12 +113,15 @@ class Recipe(_Strict):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
-    batch_size: int = Field(128, ge=1)  # samples per forward pass, unless micro_batch_size splits it
-    accumulation_steps: int = Field(1, ge=1)  # effective batch = batch_size x accumulation_steps
+    batch_size: int = Field(128, ge=1)  # samples per forward pass per worker, unless micro_batch_size splits it
+    accumulation_steps: int = Field(1, ge=1)  # effective batch = workers x batch_size x accumulation_steps
     # None: batch_size per pass. An int: passes of that many samples (it must divide batch_size), more
     # accumulation, same effective batch. auto: batch_size, halved on out-of-memory (batch.py).
     micro_batch_size: int | Literal["auto"] | None = None
     lr_scaling: LrScaling = Field(default_factory=LrScaling)  # scales lr to the effective batch
+    # Data-parallel workers (torch DDP through Ray Train, one GPU each on GPUs). batch_size stays the
+    # micro-batch of ONE worker: an optimizer step sees workers x batch_size x accumulation_steps samples.
+    workers: int = Field(1, ge=1)
     # muon: torch.optim.Muon on the 2-D hidden weights, AdamW on the rest (optimizers.py)
     optimizer: Literal["sgd", "adamw", "muon"] = "sgd"
     optimizer_impl: Literal["default", "foreach", "fused"] = "default"  # torch's implementations

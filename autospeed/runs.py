@@ -17,7 +17,7 @@ from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
 from autospeed.recipe import Target, target_from
 
-KEY_KNOBS = ("batch_size", "accumulation_steps", "lr", "schedule", "precision", "compile", "optimizer")
+KEY_KNOBS = ("batch_size", "accumulation_steps", "workers", "lr", "schedule", "precision", "compile", "optimizer")
 
 
 @dataclass
@@ -50,7 +50,9 @@ class TrialRow:
         return self.status == Status.REACHED and self.tta_seconds is not None
 
     def knobs(self) -> str:
-        return " ".join(f"{k}={_short(self.params[k])}" for k in KEY_KNOBS if k in self.params)
+        """The key knobs; `workers` (the devices a TTA used) only for a data-parallel trial."""
+        return " ".join(f"{k}={_short(self.params[k])}" for k in KEY_KNOBS
+                        if k in self.params and not (k == "workers" and self.params[k] == "1"))
 
 
 def target_of_params(params: dict[str, str]) -> Target:

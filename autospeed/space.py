@@ -119,6 +119,9 @@ class Resources(_Strict):
     gpus_per_trial: int = Field(0, ge=0)  # whole GPUs only: co-located trials corrupt timings
     cpus_per_trial: int | None = Field(None, ge=1)  # default: all cores on CPU, 4 per GPU trial
     max_concurrent_trials: int | None = Field(None, ge=1)  # default: 1 on CPU, one per GPU
+    # Data-parallel workers of every trial (the recipes' `workers`, unless fixed/baseline/space set it):
+    # one GPU each when gpus_per_trial is 1; on CPU they split the trial's cores.
+    workers_per_trial: int = Field(1, ge=1)
 
 
 class SearchSpec(_Strict):
@@ -155,7 +158,19 @@ class SearchSpec(_Strict):
         target = ({"target": self.target.model_dump()} if self.target is not None
                   else {"target_accuracy": self.target_accuracy})
         return {"workload": self.workload, "workload_options": self.workload_options, **target,
-                "max_train_seconds": self.budget.max_train_seconds}
+                "max_train_seconds": self.budget.max_train_seconds, "workers": self.resources.workers_per_trial}
+
+    def most_workers(self) -> tuple[int, str]:
+        """(the most workers any trial can use, the key path that asks for them): the trial resources
+        a search must be able to place."""
+        asks = [(self.resources.workers_per_trial, "resources.workers_per_trial")]
+        for section in ("fixed", "baseline"):
+            if "workers" in getattr(self, section):
+                asks.append((getattr(self, section)["workers"], f"{section}.workers"))
+        if "workers" in self.space:
+            p = self.space["workers"]
+            asks.append((max(p.edge_values()), f"space.workers.{p.kind()}"))
+        return max(asks, key=lambda a: a[0])
 
     def recipe_for(self, params: dict[str, Any], baseline: bool = False) -> Recipe:
         layers = {**self.base(), **self.fixed, **(self.baseline if baseline else params)}
@@ -256,6 +271,11 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise_user_error(e, source, SearchSpec, offered_metrics_note(data))
         raise
     _check_layers(spec, source)
+    most, asked_by = spec.most_workers()
+    if most > 1 and spec.resources.gpus_per_trial > 1:
+        raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "
+                        f"'{asked_by}' asks for {most} workers; set gpus_per_trial: 1 (a trial then holds one "
+                        f"GPU per worker) or 0 (CPU workers)")
     try:
         check_options(spec.workload, spec.workload_options)
         metrics = offered_metrics(spec.workload)  # a plugin's are checked once it is built (search preflight)

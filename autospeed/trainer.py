@@ -15,6 +15,10 @@ Timing rules (DESIGN.md "What is timed"):
 The trainer imports torch and the standard library only. Evaluations go out
 through the `on_eval` callback; returning True from it stops the run (status
 `stopped_early`).
+
+A recipe with `workers: N > 1` runs in each of N processes of a torch.distributed group
+(autospeed.distributed; Ray Train starts them): the model trains under DDP on this worker's
+shard, rank 0 evaluates, and every worker sees the same evaluations and stops at the same step.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autospeed.batch import as_trained, effective_batch, micro_batch_sizes
 from autospeed.data import Batches, ValBatches
+from autospeed.distributed import Replicas
 from autospeed.environment import PeakMemory, environment
 from autospeed.optimizers import build_optimizers, build_schedule
 from autospeed.outcome import Status, objective
@@ -186,8 +191,10 @@ def compile_mode(recipe: Recipe, device: torch.device) -> str:
     return recipe.compile
 
 
-def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: dict[str, Any]):
-    """Build the model with the knobs applied; return (model for training, model for eval)."""
+def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: dict[str, Any],
+                  replicas: Replicas | None = None):
+    """Build the model with the knobs applied; return (model for training, model for eval).
+    With replicas the training model is under DDP (compiled around it, as torch recommends)."""
     model = workload.build_model()
     blocks = getattr(model, "checkpoint_blocks", None)
     applied["activation_checkpointing"] = bool(recipe.activation_checkpointing and blocks is not None)
@@ -198,7 +205,8 @@ def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, appl
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     applied["channels_last"] = channels_last
     mode = compile_mode(recipe, device)
-    train_model = model if mode == "none" else torch.compile(model, mode=mode)
+    parallel = model if replicas is None else replicas.wrap(model, device)
+    train_model = parallel if mode == "none" else torch.compile(parallel, mode=mode)
     applied["compile"] = mode
     # Evaluation runs the eager module (same parameters): off the train clock, and
     # it spares the compiled graph a recompile for eval mode and odd batch sizes.
@@ -307,8 +315,9 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
     # memory and undercharge compiled recipes. Inductor's on-disk cache stays, as it
     # does for a user's next run on the same machine.
     torch.compiler.reset()
-    torch.manual_seed(recipe.seed)
-    applied: dict[str, Any] = {"device": device.type, "precision": recipe.precision,
+    torch.manual_seed(recipe.seed)  # every worker builds the same initial model
+    replicas = Replicas.joined(recipe.workers)  # None for one worker: no process group at all
+    applied: dict[str, Any] = {"device": device.type, "workers": recipe.workers, "precision": recipe.precision,
                                "accumulation_steps": recipe.accumulation_steps,
                                # pinned memory only helps host-to-GPU copies; onecycle has its own warm-up
                                "pin_memory": recipe.pin_memory and device.type == "cuda"
@@ -325,13 +334,14 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
     history: list[dict[str, float]] = []
     retry_smaller = False
     try:
-        train_model, eval_model = prepare_model(recipe, workload, device, applied)
-        batches = Batches(recipe, workload, device, applied["channels_last"])
+        train_model, eval_model = prepare_model(recipe, workload, device, applied, replicas)
+        batches = Batches(recipe, workload, device, applied["channels_last"], rank=replicas.rank if replicas else 0,
+                          world_size=replicas.world_size if replicas else 1)
         applied["data_loader"] = batches.applied_loader
         state["steps_per_epoch"] = batches.steps_per_epoch
         val_batches = ValBatches(recipe, workload, device, applied["channels_last"])
         _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
-                    clock, state, history, on_eval, wall_start, applied, peak)
+                    clock, state, history, on_eval, wall_start, applied, peak, replicas)
     except Exception as e:  # every failure becomes a status the caller can act on
         if clock.started is not None:
             clock.stop()
@@ -355,7 +365,8 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
         peak_memory_mb=peak.mb(),
         samples_per_second=state["samples"] / train_seconds if train_seconds > 0 else 0.0,
         steps=state["step"], epochs_done=state["step"] / state["steps_per_epoch"],
-        evaluations=state["evals"], applied=applied, environment=environment(device),
+        evaluations=state["evals"], applied=applied,
+        environment={**environment(device), "workers": recipe.workers},  # devices a TTA used (one each)
         error=state["error"], history=history,
     ), retry_smaller
 
@@ -393,8 +404,25 @@ def _better(mode: str, a: float | None, b: float) -> float:
     return max(a, b) if mode == "max" else min(a, b)
 
 
+def _evaluate_once(workload, eval_model, val_batches, autocast, attention, replicas) -> dict[str, float]:
+    """Every metric the workload reports: evaluated by rank 0 alone and handed to every worker (its
+    failure too), so all workers decide the same."""
+    if replicas is None:
+        return _evaluate(workload, eval_model, val_batches, autocast, attention)
+    values: dict[str, float] | Exception | None = None
+    if replicas.leader:
+        try:
+            values = _evaluate(workload, eval_model, val_batches, autocast, attention)
+        except Exception as e:  # the other workers must not wait for values that never come
+            values = e
+    values = replicas.from_leader(values)
+    if isinstance(values, Exception):
+        raise values
+    return values
+
+
 def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
-                clock, state, history, on_eval, wall_start, applied, peak) -> None:
+                clock, state, history, on_eval, wall_start, applied, peak, replicas=None) -> None:
     target = recipe.resolved_target
     autocast_dtype = _autocast_dtype(recipe.precision)
     optimizers = build_optimizers(recipe, train_model, applied)
@@ -414,7 +442,21 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
         def autocast():
             return torch.autocast(device.type, dtype=autocast_dtype)
     pinned_attention = attention is not contextlib.nullcontext
+    # Under DDP, micro-batches before the last of a step skip the gradient all-reduce (DDP's no_sync);
+    # the last one averages the accumulated gradients over the workers.
+    no_sync = train_model.no_sync if replicas is not None and k > 1 else None
     train_model.train()
+
+    def forward_backward(batch) -> torch.Tensor:
+        with autocast():
+            if pinned_attention:
+                with attention():
+                    loss = loss_of(train_model, batch)
+            else:
+                loss = loss_of(train_model, batch)
+        # Mean over micro-batches: k steps of B give the same update as one of B*k.
+        scaler.scale(loss / k if k > 1 else loss).backward()
+        return loss
 
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
     steps_since_eval, samples_since_eval, clock_at_last_eval = 0, 0, clock.total
@@ -424,14 +466,11 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
         for batch in batches.epoch():
             if augment is not None:
                 batch = (augment(batch[0]), *batch[1:])
-            with autocast():
-                if pinned_attention:
-                    with attention():
-                        loss = loss_of(train_model, batch)
-                else:
-                    loss = loss_of(train_model, batch)
-            # Mean over micro-batches: k steps of B give the same update as one of B*k.
-            scaler.scale(loss / k if k > 1 else loss).backward()
+            if no_sync is not None and (micro + 1) % k:
+                with no_sync():
+                    loss = forward_backward(batch)
+            else:
+                loss = forward_backward(batch)
             loss_sum += loss.detach().float()
             micro += 1
             if micro % k:
@@ -455,13 +494,16 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
 
             out_of_steps = state["step"] >= total_steps
             out_of_time = clock.peek() >= recipe.max_train_seconds
+            if replicas is not None:  # the first worker out of budget ends the run for all
+                out_of_time = replicas.any(out_of_time)
             if state["step"] % eval_every and not (out_of_steps or out_of_time):
                 continue
 
             # ---- evaluation: off the train clock ----
             train_seconds = clock.stop()
-            train_loss = loss_sum.item() / (steps_since_eval * k)
-            values = _evaluate(workload, eval_model, val_batches, autocast, attention)
+            summed = loss_sum if replicas is None else replicas.mean(loss_sum)  # the global batch's loss
+            train_loss = summed.item() / (steps_since_eval * k)
+            values = _evaluate_once(workload, eval_model, val_batches, autocast, attention, replicas)
             if target.metric not in values:
                 raise ValueError(f"workload {workload.name!r}: evaluate() returned {sorted(values)}, not the "
                                  f"target metric '{target.metric}'")
@@ -491,6 +533,8 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
                 state["tta"] = train_seconds
                 state["status"] = Status.REACHED
             stop_requested = bool(on_eval(event)) if on_eval is not None else False
+            if replicas is not None:
+                stop_requested = replicas.any(stop_requested)
             if event.reached or out_of_steps or out_of_time:
                 return
             if stop_requested:

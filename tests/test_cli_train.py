@@ -231,3 +231,41 @@ def test_readme_dataset_plugin_reads_files_and_trains_to_its_loss_target(run_cli
     assert result["status"] == "reached" and result["target"] == {"metric": "val_loss", "mode": "min", "value": 0.3}
     assert result["best_val_loss"] <= 0.3 and result["applied"]["data_loader"] == "dataloader"
     assert len(list((tmp_path / "npy_data" / "train").glob("*.npy"))) == 2000, "one file per sample"
+
+
+# ---------------------------------------------------------------- data-parallel workers
+def test_train_runs_a_two_worker_recipe_to_its_target_and_logs_its_workers(run_cli, write_recipe, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # batch_size is per worker: 2 workers x 16 make the steps of one worker's 32
+    config = write_recipe({**REACHES, "batch_size": 16, "workers": 2, "device": "cpu"})
+    done = run_cli("train", "--config", str(config), "--tracking-uri", uri, "--json")
+
+    assert done.returncode == 0, done.stderr
+    assert "2 data-parallel workers" in done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "reached" and result["best_val_accuracy"] >= 0.95
+    assert result["applied"]["workers"] == 2 and result["environment"]["workers"] == 2
+    client = MlflowClient(tracking_uri=uri)
+    run = client.search_runs([client.get_experiment_by_name("autospeed-train").experiment_id])[0]
+    assert run.data.params["workers"] == "2" and run.data.tags["autospeed.env.workers"] == "2"
+
+
+def test_train_rejects_more_workers_than_cores_in_one_line(run_cli, write_recipe):
+    workers = os.cpu_count() + 1
+    config = write_recipe({**REACHES, "workers": workers, "device": "cpu"})
+    done = run_cli("train", "--config", str(config), "--no-track")
+
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert str(config) in line and "'workers'" in line and f"lower the workers to {os.cpu_count()}" in line
+
+
+def test_train_rejects_zero_workers_in_one_line(run_cli, write_recipe):
+    config = write_recipe({**REACHES, "workers": 0})
+    done = run_cli("train", "--config", str(config), "--no-track")
+
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
+    assert str(config) in line and "workers" in line and "greater than or equal to 1" in line

@@ -64,3 +64,18 @@ def test_an_unknown_knob_suggests_the_near_one():
     with pytest.raises(UserError) as e:
         spec_from_dict(_data(batchsize={"choice": [16]}), "space.yaml")
     assert "did you mean 'batch_size'" in str(e.value)
+
+
+def test_workers_per_trial_sets_every_recipe_and_the_space_may_search_workers():
+    data = _data(workers={"choice": [1, 2]})
+    data["resources"] = {"gpus_per_trial": 0, "workers_per_trial": 2}
+    spec = spec_from_dict(data, "space.yaml")
+
+    assert spec.recipe_for({}, baseline=True).workers == 2  # the baseline runs on the trial's workers
+    assert spec.recipe_for({"workers": 1}).workers == 1  # a sampled value decides for its trial
+    assert spec.most_workers() == (2, "resources.workers_per_trial")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.ask()  # trial 0: the baseline, samples nothing
+    trial = study.ask()
+    spec.define_by_run(trial)
+    assert trial.params["workers"] in (1, 2)

@@ -140,6 +140,15 @@ def check_storage_shared(folder, timeout_seconds: float = 300.0) -> None:
                          f"folder every node mounts at the same path (a shared file system)")
 
 
+def kill_stopped_trials_after(seconds: int) -> None:
+    """Tune stops a trial gracefully and kills its actor only after TUNE_FORCE_TRIAL_CLEANUP_S (600 s
+    by default). A data-parallel trial's actor is busy driving its Ray Train run (TorchTrainer.fit
+    waits on the Train controller), so an ASHA stop ends it only when the actor is killed; the Train
+    controller and workers it owns go with it and Ray Train frees their placement group. Until then
+    they hold the cores and GPUs the next trial needs. Read when the Tuner starts: call before it."""
+    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", str(seconds))
+
+
 def stop_ray() -> None:
     """The search's Ray processes would share the cores with timed runs after it (confirmation)."""
     if "ray" in sys.modules:
@@ -149,12 +158,13 @@ def stop_ray() -> None:
             ray.shutdown()
 
 
-def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None,
-                    max_concurrent_trials: int | None) -> tuple[dict[str, float], int, int]:
+def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None, max_concurrent_trials: int | None,
+                    workers_per_trial: int = 1) -> tuple[dict[str, float], int, int]:
     """(per-trial resources, concurrent trials, torch threads per trial) on the Ray cluster joined.
 
-    DESIGN.md "Concurrency": one whole GPU per trial; on CPU one trial at a time with all the
-    cores of one node (a trial cannot span nodes, so on a cluster the largest node's)."""
+    DESIGN.md "Concurrency": one whole GPU per trial (per worker, with data-parallel workers); on
+    CPU one trial at a time with all the cores of one node (a trial cannot span nodes, so on a
+    cluster the largest node's)."""
     import ray
 
     cluster = ray.cluster_resources()
@@ -164,7 +174,7 @@ def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None,
         if cluster.get("GPU", 0) < gpus:
             raise RunFailure(f"resources.gpus_per_trial is {gpus} but Ray sees {int(cluster.get('GPU', 0))} GPUs; "
                              f"set gpus_per_trial: 0 for a CPU search or join a cluster with GPUs")
-        concurrent = max_concurrent_trials or max(1, int(cluster.get("GPU", 0) // gpus))
+        concurrent = max_concurrent_trials or max(1, int(cluster.get("GPU", 0) // (gpus * workers_per_trial)))
     else:
         node_cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
         cpus = cpus_per_trial or max(1, int(max(node_cpus, default=cluster.get("CPU", 1))))

@@ -127,6 +127,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
 
     Returns None when there is nothing to confirm (repeats 0 or no reached trial).
     """
+    from autospeed.search.data_parallel import train_on_workers
     from autospeed.trainer import train
     from autospeed.workloads import load_workload
 
@@ -156,8 +157,12 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
         for c in candidates:
             recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
             run_id = _start_run(client, parent, search_id, c, r, recipe, trials_total)
-            result = (_train_in_fresh_process(recipe, threads) if fresh_process_for(recipe)
-                      else train(recipe, workload, num_threads=threads))
+            if recipe.workers > 1:  # data-parallel: on Ray Train workers, as in its trial
+                result = train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
+            elif fresh_process_for(recipe):
+                result = _train_in_fresh_process(recipe, threads)
+            else:
+                result = train(recipe, workload, num_threads=threads)
             t.finish_run(client, run_id, recipe, result)
             c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
             c.samples_per_second.append(result.samples_per_second)

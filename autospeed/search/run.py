@@ -5,6 +5,7 @@ and only read its outcome.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
@@ -83,8 +84,20 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         raise UserError(f"{space_path}: {e}") from None
     _ray.quiet_ray()
     _ray.start_ray(ray_address, verbose)
+    most_workers, asked_by = spec.most_workers()
     resources, concurrent, threads = _ray.trial_resources(
-        spec.resources.gpus_per_trial, spec.resources.cpus_per_trial, spec.resources.max_concurrent_trials)
+        spec.resources.gpus_per_trial, spec.resources.cpus_per_trial, spec.resources.max_concurrent_trials,
+        most_workers)
+    if most_workers > 1:
+        import ray
+
+        from autospeed.search.data_parallel import placement_problem
+
+        problem = placement_problem(most_workers, threads, spec.resources.gpus_per_trial,
+                                    ray.cluster_resources().get("GPU", 0))
+        if problem:
+            raise UserError(f"{space_path}: key '{asked_by}': {problem}")
+        _ray.kill_stopped_trials_after(10)
     _ray.check_storage_shared(root)  # trials read the search's files where they run
 
     if state is not None:
@@ -160,12 +173,18 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     from ray import tune
 
     from autospeed.search.callback import TrialTracker
-    from autospeed.search.trainable import trainable
+    from autospeed.search.trainable import trainable, trial_resources
     from autospeed.search.tuner import build_tuner
 
     tracker = TrialTracker(client, parent_id, search_id, spec, total, console, search_dir)
-    bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec.model_dump_json(), threads=threads,
-                                                     search_dir=str(search_dir.path)), resources)
+    spec_json = spec.model_dump_json()
+    gpus = resources["gpu"]
+    if spec.most_workers()[0] > 1:
+        # Per trial: a one-worker trial holds its resources itself, a data-parallel one only its driver's
+        # share (Ray Train's workers reserve theirs).
+        resources = functools.partial(trial_resources, spec_json=spec_json, cpus=resources["cpu"], gpus=gpus)
+    bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec_json, threads=threads,
+                                                     search_dir=str(search_dir.path), gpus=gpus), resources)
     interrupted = False
     try:
         tuner = build_tuner(spec, bound, search_dir, tracker, trials=total, concurrent=concurrent, seed=seed,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.search.storage import SearchDir, recipe_key
+from autospeed.search.tuner import WORKERS
 from autospeed.tracking import METRIC_NAMES
 from autospeed.space import SearchSpec
 
@@ -36,7 +37,58 @@ def node() -> str:
     return node_name(ray.get_runtime_context().get_node_id())
 
 
-def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: str) -> None:
+class TrialReports:
+    """The reports of one trial, the same whether it trains here or on Ray Train workers: one per
+    evaluation, then the final one."""
+
+    def __init__(self, recipe, key: str, where: str):
+        self.recipe, self.key, self.where = recipe, key, where
+        self.first = True
+
+    def evaluation(self, e) -> dict[str, Any]:
+        from autospeed.environment import environment
+        from autospeed.trainer import pick_device
+
+        # The first report says where the trial runs, so a trial ASHA stops records it too.
+        env = {}
+        if self.first:
+            env = {"environment": json.dumps({**environment(pick_device(self.recipe)), "node": self.where,
+                                              "workers": self.recipe.workers})}
+        self.first = False
+        return {
+            **env, "node": self.where, WORKERS: self.recipe.workers, "step": e.step, "epoch": e.epoch,
+            "train_seconds": e.train_seconds,
+            "wall_seconds": e.wall_seconds,
+            **e.metrics, **{f"best_{k}": v for k, v in e.best_metrics.items()}, METRIC_NAMES: sorted(e.metrics),
+            "value": e.value, "best_value": e.best_value, "train_loss": e.train_loss,
+            "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
+            # an ASHA-stopped trial never sends the final report: its run takes these from here
+            "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": self.key,
+        }
+
+    def final(self, r) -> dict[str, Any]:
+        from autospeed.batch import pin_micro_batch
+
+        metric = self.recipe.resolved_target.metric
+        return {
+            FINAL: True, "status": r.status.value, WORKERS: self.recipe.workers, "step": r.steps,
+            "train_seconds": r.train_seconds,
+            # the target metric's key carries its best value, so the scheduler reads the final standing
+            # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
+            metric: r.best_value if r.best_value is not None else math.nan, "best_value": r.best_value,
+            **{f"best_{k}": v for k, v in r.best_metrics.items()},
+            "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
+            "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
+            "error": r.error or "", "applied": json.dumps(r.applied), "node": self.where,
+            "environment": json.dumps({**r.environment, "node": self.where}),
+            # micro_batch_size auto: the recipe.yaml that confirmation and export read pins the micro-batch that fit
+            "recipe_yaml": pin_micro_batch(self.recipe, r.applied).to_yaml(), "recipe_key": self.key,
+        }
+
+
+def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: str, gpus: int = 0) -> None:
+    """One trial. `threads`: the trial's CPU cores (torch threads of a one-worker trial); `gpus`: its
+    GPUs (with N workers: one per worker)."""
     from ray import tune
 
     folder = SearchDir(Path(search_dir))
@@ -47,9 +99,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report(done)
         return
 
-    from autospeed.batch import pin_micro_batch
-    from autospeed.environment import environment
-    from autospeed.trainer import pick_device, train
+    from autospeed.trainer import train
     from autospeed.workloads import load_workload
 
     where = node()
@@ -63,40 +113,54 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": key, "node": where,
                      "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
         return
+    if recipe.workers > 1:
+        _drive_workers(recipe, key, threads, gpus, folder, tune.get_context().get_trial_id())
+        return
 
     data_key = json.dumps([recipe.workload, recipe.workload_options], sort_keys=True)
     if data_key not in _WORKLOADS:
         _WORKLOADS.clear()
         _WORKLOADS[data_key] = load_workload(recipe.workload, recipe.workload_options)
 
-    first_report = True
-    metric = recipe.resolved_target.metric
+    reports = TrialReports(recipe, key, where)
+    r = train(recipe, _WORKLOADS[data_key], on_eval=lambda e: tune.report(reports.evaluation(e)), num_threads=threads)
+    tune.report(reports.final(r))
 
-    def on_eval(e) -> None:
-        nonlocal first_report
-        # The first report says where the trial runs, so a trial ASHA stops records it too.
-        env = {"environment": json.dumps({**environment(pick_device(recipe)), "node": where})} if first_report else {}
-        first_report = False
-        tune.report({
-            **env, "node": where, "step": e.step, "epoch": e.epoch, "train_seconds": e.train_seconds,
-            "wall_seconds": e.wall_seconds,
-            **e.metrics, **{f"best_{k}": v for k, v in e.best_metrics.items()}, METRIC_NAMES: sorted(e.metrics),
-            "value": e.value, "best_value": e.best_value, "train_loss": e.train_loss,
-            "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
-            # an ASHA-stopped trial never sends the final report: its run takes these from here
-            "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": key,
-        })
 
-    r = train(recipe, _WORKLOADS[data_key], on_eval=on_eval, num_threads=threads)
-    tune.report({
-        FINAL: True, "status": r.status.value, "step": r.steps, "train_seconds": r.train_seconds,
-        # the target metric's key carries its best value, so the scheduler reads the final standing
-        # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
-        metric: r.best_value if r.best_value is not None else math.nan, "best_value": r.best_value, **{f"best_{k}": v for k, v in r.best_metrics.items()},
-        "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
-        "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
-        "error": r.error or "", "applied": json.dumps(r.applied), "node": where,
-        "environment": json.dumps({**r.environment, "node": where}),
-        # micro_batch_size auto: the recipe.yaml that confirmation and export read pins the micro-batch that fit
-        "recipe_yaml": pin_micro_batch(recipe, r.applied).to_yaml(), "recipe_key": key,
-    })
+def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, trial_id: str) -> None:
+    """This trial as the driver of a Ray Train run on the recipe's workers; Ray's TuneReportCallback
+    hands rank 0's reports to Tune."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from autospeed.search.data_parallel import DRIVER_CPUS, fit, worker_threads
+
+    config = {"recipe": recipe.model_dump_json(), "key": key,
+              "threads": worker_threads(recipe.workers, cpus)}
+    fit(_trial_worker, config, workers=recipe.workers, cpus=cpus, gpus=gpus > 0, driver_cpus=DRIVER_CPUS,
+        storage_path=str(folder.path / "train"), name=trial_id, callbacks=[TuneReportCallback()])
+
+
+def _trial_worker(config: dict[str, Any]) -> None:
+    """One Ray Train worker of a trial: every worker reports at the same evaluations (Ray Train's
+    report is a barrier); Tune receives rank 0's."""
+    import ray.train
+
+    from autospeed.recipe import Recipe
+    from autospeed.trainer import train
+
+    recipe = Recipe.model_validate_json(config["recipe"])
+    reports = TrialReports(recipe, config["key"], node())
+    r = train(recipe, on_eval=lambda e: ray.train.report(reports.evaluation(e)), num_threads=config["threads"])
+    ray.train.report(reports.final(r))
+
+
+def trial_resources(config: dict[str, Any], spec_json: str, cpus: float, gpus: int):
+    """What Tune reserves for a trial: its cores and GPUs when it trains itself (one worker); only
+    the driver's token share when Ray Train's workers reserve the rest (DESIGN.md "Scale-out")."""
+    from ray.tune import PlacementGroupFactory
+
+    from autospeed.search.data_parallel import DRIVER_CPUS
+
+    if recipe_of(SearchSpec.model_validate_json(spec_json), config).workers == 1:
+        return PlacementGroupFactory([{"CPU": cpus, "GPU": gpus}])
+    return PlacementGroupFactory([{"CPU": DRIVER_CPUS}])

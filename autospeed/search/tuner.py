@@ -16,6 +16,7 @@ from autospeed.search.storage import SearchDir
 from autospeed.space import SearchSpec
 
 OBJECTIVE = "objective"  # every report carries it, minimised (outcome.objective)
+WORKERS = "workers"  # every report of a trial carries its data-parallel workers
 
 
 def make_sampler(spec: SearchSpec, concurrent: int, seed: int):
@@ -48,7 +49,12 @@ def make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurren
 
 class BaselineKeepingASHA(ASHAScheduler):
     """ASHA on the train clock that records the baseline at every rung but never stops it:
-    the speed-up needs the baseline's full TTA as its reference."""
+    the speed-up needs the baseline's full TTA as its reference.
+
+    Data-parallel trials (reports with `workers` > 1) are recorded but never stopped either: Tune
+    ends a stopped trial by ending its actor, and a data-parallel trial's actor is blocked driving
+    its Ray Train run, so the stop would hold the run's cores and GPUs until Tune's forced clean-up
+    (seen on Ray 2.60: the next trial waited minutes). They end at the target, the budget or the epochs."""
 
     def __init__(self, *, max_t: float, **kwargs):
         super().__init__(max_t=max_t, **kwargs)
@@ -57,7 +63,8 @@ class BaselineKeepingASHA(ASHAScheduler):
 
     def on_trial_result(self, tune_controller, trial, result):
         decision = super().on_trial_result(tune_controller, trial, result)
-        if trial.config.get("baseline") and result.get("train_seconds", 0.0) < self.max_train_seconds:
+        kept = trial.config.get("baseline") or result.get(WORKERS, 1) > 1
+        if kept and result.get("train_seconds", 0.0) < self.max_train_seconds:
             return TrialScheduler.CONTINUE
         return decision
 
@@ -140,7 +147,10 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
     return tune.Tuner(
         trainable,
         # The search loop is built here (not from max_concurrent_trials) so a resumed search can swap in its own.
-        tune_config=tune.TuneConfig(search_alg=search, scheduler=scheduler, num_samples=trials, reuse_actors=True),
+        # A data-parallel trial's actor cannot be reused once ASHA stopped it (it is still driving its Train
+        # run until Tune kills it), and Tune fails the next trial when a reuse fails: no reuse in such searches.
+        tune_config=tune.TuneConfig(search_alg=search, scheduler=scheduler, num_samples=trials,
+                                    reuse_actors=spec.most_workers()[0] == 1),
         run_config=tune.RunConfig(name=search_dir.path.name, storage_path=str(Path(search_dir.path).parent),
                                   verbose=2 if verbose else 0, callbacks=[callback], stop=stopper,
                                   # a trial never retries: its failures are results (an OOM repeats)

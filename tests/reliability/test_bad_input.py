@@ -142,3 +142,34 @@ def test_search_on_missing_cifar10_names_the_space_file_and_the_folder(tmp_path)
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert str(space) in lines[0] and f"no CIFAR-10 data in {missing}" in lines[0]
     assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])  # nothing ran
+
+
+# ---------------------------------------------------------------- data-parallel workers
+WORKER_CASES = [
+    ("workers-per-trial-below-1", GOOD.replace("baseline:", "resources: {workers_per_trial: 0}\nbaseline:"),
+     ["resources.workers_per_trial", "greater than or equal to 1"]),
+    ("workers-knob-below-1", GOOD + "  workers: {choice: [1, 0]}\n", ["space.workers.choice[1]", "workers"]),
+    ("several-gpus-per-worker",
+     GOOD.replace("baseline:", "resources: {gpus_per_trial: 2, workers_per_trial: 2}\nbaseline:"),
+     ["resources.gpus_per_trial", "one GPU", "'resources.workers_per_trial' asks for 2", "set gpus_per_trial: 1"]),
+]
+
+
+@pytest.mark.parametrize("text,words", [c[1:] for c in WORKER_CASES], ids=[c[0] for c in WORKER_CASES])
+def test_validate_rejects_bad_workers_with_one_line(tmp_path, capsys, text, words):
+    test_validate_rejects_with_one_line(tmp_path, capsys, text, words)
+
+
+def test_search_rejects_more_workers_than_a_trial_has_cores(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(GOOD.replace("baseline:", "resources: {cpus_per_trial: 1}\nbaseline:")
+                     + "  workers: {choice: [1, 2]}\n")
+    p = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                  "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=180)
+    assert p.returncode == 2, p.stderr
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for words in (str(space), "'space.workers.choice'", "2 workers need at least one CPU core each",
+                  "a trial has 1", "lower the workers to 1"):
+        assert words in lines[0], lines[0]
+    assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])  # nothing ran

@@ -41,7 +41,9 @@ class _Trial:
         self.trial_id, self.config = trial_id, {"baseline": baseline}
 
 
-def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline():
+def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline_or_a_data_parallel_trial():
+    """A data-parallel trial's Tune actor is busy driving its Ray Train run: a stop would hold the
+    workers' resources until Tune's forced clean-up."""
     from ray.tune.schedulers import TrialScheduler
 
     from autospeed.search.tuner import make_scheduler
@@ -49,11 +51,15 @@ def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline():
     spec = _spec(budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
     asha = make_scheduler(spec)
     strong, weak, base = _Trial("strong", False), _Trial("weak", False), _Trial("base", True)
-    for trial in (strong, weak, base):
+    parallel = _Trial("ddp", False)
+    for trial in (strong, weak, base, parallel):
         asha.on_trial_add(None, trial)
     assert asha.on_trial_result(None, strong, {"train_seconds": 1.0, "val_accuracy": 0.9}) == TrialScheduler.CONTINUE
-    assert asha.on_trial_result(None, weak, {"train_seconds": 1.0, "val_accuracy": 0.1}) == TrialScheduler.STOP
+    one_worker = {"train_seconds": 1.0, "val_accuracy": 0.1, "workers": 1}
+    assert asha.on_trial_result(None, weak, one_worker) == TrialScheduler.STOP
     assert asha.on_trial_result(None, base, {"train_seconds": 1.0, "val_accuracy": 0.05}) == TrialScheduler.CONTINUE
+    two_workers = {"train_seconds": 1.0, "val_accuracy": 0.05, "workers": 2}
+    assert asha.on_trial_result(None, parallel, two_workers) == TrialScheduler.CONTINUE
 
 
 def test_a_resumed_asha_compares_new_trials_with_the_finished_ones():

@@ -1,0 +1,106 @@
+"""One recipe on N data-parallel workers through Ray Train's TorchTrainer (DESIGN.md "Scale-out").
+
+Ray Train starts the workers and their torch.distributed group (gloo on CPU, NCCL with one GPU per
+worker); each runs the ordinary trainer, which trains under DDP (autospeed.distributed).
+- Inside a search, the Tune trial's function is the Train run's driver (Ray's Train-in-Tune
+  pattern, Train V2): it only waits, so it reserves DRIVER_CPUS; the workers hold the trial's
+  cores (split evenly) and one GPU each. Every worker reports at every evaluation (Ray Train's
+  report is a barrier) and Ray's TuneReportCallback hands rank 0's report to Tune, so ASHA, Optuna
+  and the tracking callback see one trial, with rank 0's clock.
+- `autospeed train` and confirmation runs fit the same TorchTrainer directly, without Tune.
+A recipe with `workers: 1` never comes here: it trains in the calling process, as always.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Callable
+
+from autospeed.errors import UserError
+from autospeed.recipe import Recipe
+
+DRIVER_CPUS = 0.01  # logical CPUs of a Tune trial that only drives a Train run: a token share of one core
+
+
+def worker_threads(workers: int, cpus: float) -> int:
+    """torch threads per worker: the trial's cores split evenly, at least one each."""
+    return max(1, int(cpus) // workers)
+
+
+def placement_problem(workers: int, cpus: float, gpus: int, cluster_gpus: float) -> str | None:
+    """Why `workers` workers of one trial cannot be placed (None: they can). On GPUs each worker
+    takes one whole GPU; on CPU each takes at least one of the trial's `cpus` cores."""
+    if gpus:
+        if gpus > 1:
+            return (f"each of the {workers} workers takes one GPU (DDP), but gpus_per_trial is {gpus}; "
+                    f"set gpus_per_trial: 1")
+        if workers > cluster_gpus:
+            return (f"{workers} workers need {workers} GPUs (one each) but Ray sees {int(cluster_gpus)}; "
+                    f"lower the workers to {int(cluster_gpus) or 1} or join a cluster with more GPUs")
+        return None
+    if workers > int(cpus):
+        return (f"{workers} workers need at least one CPU core each but a trial has {int(cpus)} "
+                f"(cpus_per_trial, else the largest node's cores); lower the workers to {max(1, int(cpus))}")
+    return None
+
+
+def fit(worker_fn: Callable[[dict], None], config: dict[str, Any], *, workers: int, cpus: float, gpus: bool,
+        storage_path: str, name: str, driver_cpus: float = 0.0, callbacks: list | None = None):
+    """Run `worker_fn(config)` on `workers` Ray Train workers; the Train Result (rank 0's last report).
+
+    The workers share `cpus` logical CPUs less the driver's; each gets one GPU when `gpus`."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    per_worker = {"CPU": (cpus - driver_cpus) / workers, **({"GPU": 1} if gpus else {})}
+    trainer = TorchTrainer(
+        worker_fn, train_loop_config=config,
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus, resources_per_worker=per_worker),
+        # a failed worker fails the run: like a one-process trial, it is never retried
+        run_config=ray.train.RunConfig(name=name, storage_path=storage_path, callbacks=callbacks,
+                                       failure_config=ray.train.FailureConfig(max_failures=0)),
+    )
+    return trainer.fit()
+
+
+def _recipe_worker(config: dict[str, Any]):
+    """One Ray Train worker of `train_on_workers`: the trainer on this worker's shard. Ray Train
+    hands rank 0's return value back as the run's `return_value`."""
+    from autospeed.trainer import train
+
+    return train(Recipe.model_validate_json(config["recipe"]), num_threads=config["threads"])
+
+
+def train_on_workers(recipe: Recipe, cpus: float | None = None, gpus: bool | None = None):
+    """Train `recipe` on its `workers` Ray Train workers, without Tune: rank 0's TrainResult.
+
+    Starts a local Ray (and stops it after) unless this process has joined one already. `cpus`:
+    logical CPUs for all workers together (default: every core of this machine); `gpus`: one GPU
+    per worker (default: when the recipe's device allows it and Ray sees GPUs)."""
+    import ray
+
+    from autospeed.search import _ray
+
+    started = not ray.is_initialized()
+    if started:
+        _ray.quiet_ray()
+        _ray.start_ray(None, verbose=False)
+    storage = tempfile.mkdtemp(prefix="autospeed-train-")  # Ray Train's run state; nothing of it is kept
+    try:
+        cluster = ray.cluster_resources()
+        cpus = cpus or cluster.get("CPU", os.cpu_count() or 1)
+        if gpus is None:
+            gpus = recipe.device != "cpu" and cluster.get("GPU", 0) > 0
+        problem = placement_problem(recipe.workers, cpus, int(gpus), cluster.get("GPU", 0))
+        if problem:
+            raise UserError(f"key 'workers': {problem}")
+        config = {"recipe": recipe.model_dump_json(), "threads": worker_threads(recipe.workers, cpus)}
+        result = fit(_recipe_worker, config, workers=recipe.workers, cpus=cpus, gpus=bool(gpus),
+                     storage_path=storage, name="train")
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+        if started:
+            _ray.stop_ray()
+    return result.return_value

@@ -1,0 +1,82 @@
+"""Data-parallel training (autospeed.distributed) in real torch.distributed process groups on CPU
+(gloo): N workers of micro-batch B make the same update as one worker of batch N x B."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from autospeed.recipe import Recipe
+from autospeed.trainer import train
+from autospeed.workloads import load_workload
+
+# The digits MLP has no batch-dependent layers; an impossible target makes every run go all its steps.
+EXACT = dict(workload="digits", target_accuracy=1.0, max_train_seconds=300, epochs=1, eval_every_epochs=0.5,
+             lr=0.05, schedule="cosine", warmup_fraction=0.2, label_smoothing=0.1, seed=0)
+
+
+def _trained(recipe: Recipe) -> tuple[dict, list[torch.Tensor]]:
+    """(result object, final parameters) of `recipe` trained in this process."""
+    digits = load_workload("digits")
+    built = []
+
+    def build():
+        built.append(digits.build_model())
+        return built[-1]
+
+    result = train(recipe, dataclasses.replace(digits, build_model=build), num_threads=1)
+    return result.to_dict(), [p.detach().clone() for p in built[0].parameters()]
+
+
+def _worker(rank: int, world_size: int, rendezvous: str, recipe_json: str, out: str) -> None:
+    """One worker of a gloo process group, as Ray Train sets it up; saves what it trained."""
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
+    try:
+        result, params = _trained(Recipe.model_validate_json(recipe_json))
+        torch.save({"result": result, "params": params}, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _trained_on(workers: int, recipe: Recipe, folder: Path) -> list[dict]:
+    mp.spawn(_worker, args=(workers, str(folder / "rendezvous"), recipe.model_dump_json(), str(folder)),
+             nprocs=workers, join=True)
+    return [torch.load(folder / f"rank{rank}.pt", weights_only=False) for rank in range(workers)]  # our own files
+
+
+@pytest.mark.parametrize("batch_size, accumulation_steps, data_loader",
+                         [(16, 1, "device"), (8, 2, "device"), (16, 1, "dataloader")])
+def test_two_workers_make_the_update_of_one_worker_with_twice_the_batch(tmp_path, batch_size, accumulation_steps,
+                                                                       data_loader):
+    two = _trained_on(2, Recipe(**EXACT, workers=2, batch_size=batch_size, accumulation_steps=accumulation_steps,
+                                data_loader=data_loader), tmp_path)
+    one_result, one = _trained(Recipe(**EXACT, batch_size=2 * batch_size, accumulation_steps=accumulation_steps,
+                                      data_loader=data_loader))
+
+    for rank in two:  # one run: the same steps, evaluations and samples on every worker
+        assert rank["result"]["steps"] == one_result["steps"] == 1348 // (2 * batch_size * accumulation_steps)
+        assert [e["samples"] for e in rank["result"]["history"]] == [e["samples"] for e in one_result["history"]]
+        assert rank["result"]["environment"]["workers"] == 2 and rank["result"]["applied"]["workers"] == 2
+        for a, b in zip(rank["params"], two[0]["params"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)  # DDP keeps the replicas identical
+    if data_loader == "device":
+        # Each worker takes its half of the global batch one worker of 2B would take: the same trajectory.
+        for a, b in zip(two[0]["params"], one):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        # The comparison has power: one worker of batch B ends elsewhere.
+        _, small = _trained(Recipe(**EXACT, batch_size=batch_size, accumulation_steps=accumulation_steps))
+        assert not all(torch.allclose(a, b, rtol=1e-3, atol=1e-4) for a, b in zip(small, one))
+    else:
+        # DistributedSampler shuffles differently from one DataLoader: the same maths, other samples per
+        # step, so the two runs learn alike but not identically.
+        assert abs(two[0]["result"]["best_val_accuracy"] - one_result["best_val_accuracy"]) < 0.1
+
+
+def test_a_multi_worker_recipe_outside_a_process_group_says_how_to_run_it():
+    with pytest.raises(RuntimeError, match="autospeed train"):
+        train(Recipe(**EXACT, workers=2, batch_size=16))
