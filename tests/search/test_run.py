@@ -251,13 +251,16 @@ def test_validate_reports_errors(tmp_path):
 
 
 def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_loss(tmp_path):
-    """target: val_loss <= 0.2 (mode min) end to end: ASHA, MLflow, confirmation, best.yaml, report."""
+    """target: val_loss <= 0.2 (mode min) end to end: ranking, MLflow, confirmation, best.yaml, report."""
     from autospeed.report import collect
 
     space = yaml.safe_load(SMOKE.read_text())
     del space["target_accuracy"]
     space.update(name="loss-target", target={"metric": "val_loss", "mode": "min", "value": 0.2},
-                 budget={"trials": 4, "max_train_seconds": 120}, asha={"grace_seconds": 0.1, "reduction_factor": 2},
+                 # ASHA off: which trials it stops depends on the machine's speed at its rungs, and a loaded
+                 # machine once had it stop every sampled trial, leaving nothing to confirm. ASHA on a loss
+                 # target is test_tuner's test_asha_on_a_loss_target_stops_the_trial_with_the_higher_loss.
+                 budget={"trials": 4, "max_train_seconds": 120}, asha={"enabled": False},
                  confirm={"top_k": 1, "repeats": 1}, fixed={"epochs": 20, "eval_every_epochs": 1},
                  space={"lr": {"loguniform": [0.02, 0.3]}, "batch_size": {"choice": [32, 64]}})
     path = tmp_path / "space.yaml"
