@@ -14,6 +14,7 @@ out=${2:?output folder}
 mkdir -p "$out"
 if [ ! -d .site/databricks ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl 2>&1 | grep -v WARNING | tail -3
+    [ -f .whl/ray-site.tar.xz ] && python3 -c "import tarfile; tarfile.open('.whl/ray-site.tar.xz').extractall('.site')"
 fi
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=0
 py=python3
