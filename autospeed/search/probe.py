@@ -135,9 +135,11 @@ def probe_config(spec_json: str, config: dict[str, Any], threads: int) -> list[d
         _WARM.append(True)
         eager = {**config, "compile": "none"} if "compile" in config else config  # no compile paid twice
         try:
-            train(_probe_recipe(spec, eager, batch_sizes(spec)[0], workload), workload, num_threads=threads)
-        except ValueError:
-            pass
+            warm = _probe_recipe(spec, eager, batch_sizes(spec)[0], workload)
+        except ValueError:  # the batch size does not fit the data: its probe below records why
+            warm = None
+        if warm is not None:
+            train(warm, workload, num_threads=threads)
     out = []
     for b in batch_sizes(spec):
         probe = Probe(config, b, FAILED)
