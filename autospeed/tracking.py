@@ -62,6 +62,7 @@ M_WALL_SECONDS = "wall_seconds"
 M_COMPILE_SECONDS = "compile_seconds"
 M_PEAK_MEMORY_MB = "peak_memory_mb"
 M_OOM = "oom"  # on a probe run: 1 when it ran out of memory
+M_PROBE_SECONDS = "probe_seconds"  # on the parent: wall seconds of the probe stage (its whole cost)
 # parent
 M_BEST_TTA = "best_tta_seconds"
 M_BASELINE_TTA = "baseline_tta_seconds"

@@ -1,7 +1,7 @@
 """How much training compute each search strategy needs to find a near-best recipe.
 
-    python experiments/search_efficiency.py [--seeds 5] [--trials 40] [--truth-repeats 2]
-           [--work /tmp/autospeed-efficiency] [--out experiments/results/search_efficiency.md]
+    python experiments/search_efficiency.py [--space maths|systems] [--seeds 5] [--trials 40]
+           [--truth-repeats 2] [--work DIR] [--out experiments/results/search_efficiency.md]
 
 1. Ground truth: every recipe of a small discrete mnist1d space (48 recipes) plus the
    baseline is trained --truth-repeats times with seed 0 (the seed every search trial
@@ -19,6 +19,16 @@
    costs what it trained before the stop and finds nothing.
 Writes --out and, beside it, a .png (best found vs compute) and a .json (every run, read
 back by --report-only and by experiments/sampler_simulation.py).
+
+--space systems (issue 12): the space adds a maths-neutral systems knob (data_loader: device or
+a DataLoader) and batch sizes above a simulated memory limit (workload option max_micro_batch
+256: a training pass of more than 256 samples raises torch.OutOfMemoryError). Methods: `new`
+(the product's default: probe + TPE + ASHA; the probe fixes data_loader and gives the batch
+sizes that do not fit a micro-batch), `today` (TPE + ASHA, probe off: 512 and 1024 are
+out-of-memory trials, as before micro-batching) and `random` (random sampling, probe and ASHA
+off). A recipe's true TTA is trained as the product trains it: batch sizes above the limit in
+micro-batches of 256. The probe stage's whole wall time (the parent run's `probe_seconds`)
+counts as compute before the first trial. Writes search_efficiency_systems.md/.png/.json.
 """
 
 from __future__ import annotations
@@ -58,12 +68,53 @@ BASE = {
     "fixed": {"epochs": 20, "eval_every_epochs": 0.25},
     "space": {k: {"choice": v} for k, v in GRID.items()},
 }
-METHODS = {"tpe+asha": ("tpe", True), "tpe": ("tpe", False), "random": ("random", False)}
-COLORS = {"tpe+asha": "tab:blue", "tpe": "tab:orange", "random": "tab:gray"}
+BASE["probe"] = {"enabled": False}  # measured before the probe stage existed; a method turns it on
+METHODS = {"tpe+asha": ("tpe", True), "tpe": ("tpe", False), "random": ("random", False)}  # (sampler, ASHA)
+PROBED: set[str] = set()  # methods whose searches run the probe stage
+COLORS = {"tpe+asha": "tab:blue", "tpe": "tab:orange", "random": "tab:gray", "new": "tab:blue",
+          "today": "tab:orange"}
+REFERENCE, CHALLENGER, GOAL = "random", "tpe+asha", 1 / 3  # the verdict: CHALLENGER / REFERENCE <= GOAL
+
+MEMORY_LIMIT = 256  # --space systems: samples one training pass may hold (workload option max_micro_batch)
+SYSTEMS_GRID = {
+    "batch_size": [256, 512, 1024],  # 512 and 1024 do not fit in one pass
+    "optimizer": ["sgd", "adamw"],
+    "lr": [0.01, 0.03],
+    "schedule": ["constant", "onecycle"],
+    "data_loader": ["device", "dataloader"],  # maths-neutral: the DataLoader only costs time (knobs_cpu.md)
+}
+SYSTEMS_BASE = {
+    **BASE, "workload_options": {"num_samples": 25000, "max_micro_batch": MEMORY_LIMIT},
+    "budget": {"trials": 15, "max_train_seconds": 10},
+    "probe": {"enabled": False, "warmup_steps": 3, "steps": 20, "max_configs": 4},
+    # what a user writes by hand: a DataLoader, a small batch, SGD at a constant LR
+    "baseline": {"batch_size": 32, "optimizer": "sgd", "lr": 0.01, "schedule": "constant",
+                 "data_loader": "dataloader"},
+    "space": {k: {"choice": v} for k, v in SYSTEMS_GRID.items()},
+}
+
+
+def use_systems_space() -> None:
+    """Switch the module's space, methods and verdict to --space systems (module-level, as the helpers
+    and experiments/sampler_simulation.py read GRID, BASE and METHODS)."""
+    global GRID, BASE, METHODS, REFERENCE, CHALLENGER, GOAL
+    GRID, BASE = SYSTEMS_GRID, SYSTEMS_BASE
+    METHODS = {"new": ("tpe", True), "today": ("tpe", True), "random": ("random", False)}
+    PROBED.add("new")
+    REFERENCE, CHALLENGER, GOAL = "random", "new", 1 / 5
 
 
 def key(params: dict) -> str:
-    return f"bs={int(float(params['batch_size']))} {params['optimizer']} lr={float(params['lr']):g} {params['schedule']}"
+    k = f"bs={int(float(params['batch_size']))} {params['optimizer']} lr={float(params['lr']):g} {params['schedule']}"
+    return f"{k} {params['data_loader']}" if "data_loader" in GRID else k
+
+
+def truth_params(params: dict) -> dict:
+    """A recipe as its true TTA is measured: above the memory limit in micro-batches, as the probe sets."""
+    limit = BASE["workload_options"].get("max_micro_batch")
+    if limit and int(params["batch_size"]) > limit:
+        return {**params, "micro_batch_size": limit}
+    return params
 
 
 def ground_truth(spec, repeats: int, cache: Path) -> tuple[dict[str, list[float]], int]:
@@ -79,7 +130,7 @@ def ground_truth(spec, repeats: int, cache: Path) -> tuple[dict[str, list[float]
                 k = key(params)
                 if len(runs.setdefault(k, [])) > rep:
                     continue
-                r = train(spec.recipe_for(params), workload)
+                r = train(spec.recipe_for(truth_params(params)), workload)
                 runs[k].append(r.tta_seconds if r.tta_seconds is not None else math.inf)
                 trained += 1
                 cache.write_text(json.dumps(runs, indent=1))
@@ -93,13 +144,15 @@ def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str,
     data["name"] = f"eff-{method.replace('+', '-')}-{seed}"
     data["sampler"]["kind"] = kind
     data["asha"]["enabled"] = asha
+    data["probe"]["enabled"] = method in PROBED
     spec = spec_from_dict(data, "search_efficiency")
     uri = f"sqlite:///{work / 'mlflow.db'}"
     with cpu_lock(exclusive=False), open("/dev/null", "w") as quiet:
         out = run_search(spec, json.dumps(data), "space.json", trials=trials, tracking_uri=uri,
                          storage_path=str(work / "runs"), seed=seed, console=quiet)
     rows = sorted(out.rows, key=lambda r: r.start_ms)
-    compute, curve, found_at, best_true = 0.0, [], None, math.inf
+    probe_seconds = t.connect(uri).get_run(out.parent_run_id).data.metrics.get(t.M_PROBE_SECONDS, 0.0)
+    compute, curve, found_at, best_true = probe_seconds, [], None, math.inf
     for r in rows:
         compute += r.metrics.get(t.M_TRAIN_SECONDS, 0.0)
         true = truth[key(BASE["baseline"] if r.baseline else r.params)]
@@ -110,7 +163,9 @@ def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str,
         curve.append((compute, best_true))
     stopped = sum(r.status == "stopped_early" and not r.duplicate_of for r in rows)
     repeats = sum(bool(r.duplicate_of) for r in rows)
+    oom = sum(r.status == "oom" for r in rows)
     return {"method": method, "seed": seed, "compute_to_find": found_at, "total_compute": compute,
+            "probe_seconds": probe_seconds, "oom": oom,
             "curve": curve, "trials": len(rows), "stopped_early": stopped, "repeats": repeats,
             "wall_seconds": out.wall_seconds,
             "recipes": [key(BASE["baseline"] if r.baseline else r.params) for r in rows]}
@@ -143,17 +198,24 @@ def censored_median(runs: list[dict]) -> tuple[float, bool]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--space", choices=["maths", "systems"], default="maths",
+                   help="maths: the 48-recipe maths space, TPE+ASHA vs TPE vs random; systems: with a systems "
+                        "knob and batch sizes above a memory limit, new (probe) vs today vs random")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--trials", type=int, default=40)
     p.add_argument("--truth-repeats", type=int, default=2)
-    p.add_argument("--work", default="/tmp/autospeed-efficiency")
-    p.add_argument("--out", default=str(RESULTS / "search_efficiency.md"),
-                   help="results file; the .png and .json go beside it")
+    p.add_argument("--work", help="ground-truth cache and search folders (default: /tmp/autospeed-efficiency, "
+                   "/tmp/autospeed-efficiency-systems with --space systems)")
+    p.add_argument("--out", help="results file; the .png and .json go beside it (default: "
+                   "experiments/results/search_efficiency.md, search_efficiency_systems.md with --space systems)")
     p.add_argument("--report-only", action="store_true", help="redraw the results from the .json beside --out")
     args = p.parse_args()
-    out = Path(args.out)
+    if args.space == "systems":
+        use_systems_space()
+    out = Path(args.out or RESULTS / ("search_efficiency.md" if args.space == "maths" else
+                                      "search_efficiency_systems.md"))
     saved_json = out.with_suffix(".json")
-    work = Path(args.work)
+    work = Path(args.work or "/tmp/autospeed-efficiency" + ("-systems" if args.space == "systems" else ""))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     print(provenance(), flush=True)
@@ -187,13 +249,13 @@ def main() -> None:
             indent=1, default=str))
 
     meds = {m: censored_median([r for r in runs if r["method"] == m]) for m in METHODS}
-    (ta, ta_exact), (rnd, rnd_exact) = meds["tpe+asha"], meds["random"]
+    (ta, ta_exact), (rnd, rnd_exact) = meds[CHALLENGER], meds[REFERENCE]
     if ta_exact and rnd_exact:
-        ratio_text, met = f"{ta / rnd:.2f}", ta / rnd <= 1 / 3
-    elif ta_exact:  # random's median is only a lower bound, so the ratio is an upper bound
-        ratio_text, met = f"< {ta / rnd:.2f}", ta / rnd <= 1 / 3
+        ratio_text, met = f"{ta / rnd:.2f}", ta / rnd <= GOAL
+    elif ta_exact:  # the reference's median is only a lower bound, so the ratio is an upper bound
+        ratio_text, met = f"< {ta / rnd:.2f}", ta / rnd <= GOAL
     else:
-        ratio_text, met = "undetermined (TPE+ASHA's median search did not find one)", False
+        ratio_text, met = f"undetermined ({CHALLENGER}'s median search did not find one)", False
 
     import matplotlib
     matplotlib.use("Agg")
@@ -215,7 +277,8 @@ def main() -> None:
     ax.axhline(good, ls="--", color="k", lw=0.8, label=f"within 10% of the best true TTA ({good:.2f} s)")
     ax.set_xlabel("compute: sum of trial train-clock seconds")
     ax.set_ylabel("true TTA of the best recipe found so far (s)")
-    ax.set_title(f"mnist1d, {len(grid_truth)} recipes, {args.trials} trials per search; thin lines: single seeds")
+    ax.set_title(f"mnist1d ({args.space} space), {len(grid_truth)} recipes, {args.trials} trials per search; "
+                 "thin lines: single seeds", fontsize=10)
     ax.set_ylim(bottom=0)
     ax.legend()
     fig.tight_layout()
@@ -237,11 +300,17 @@ def main() -> None:
             f"cache {meta['truth_cache']})." if "truth_runs_trained" in meta else
             " (how many ground-truth runs came from a cache was not recorded)."),
         "",
-        f"Space: {json.dumps(GRID)} ({len(grid_truth)} recipes); fp32, eager; target "
+        f"Space: {json.dumps(GRID)} ({len(grid_truth)} recipes); fp32, eager; workload options "
+        f"{json.dumps(BASE['workload_options'])}" + (
+            f" (a training pass of more than {MEMORY_LIMIT} samples is out of memory; true TTAs of larger batch "
+            f"sizes are trained in micro-batches of {MEMORY_LIMIT})" if "max_micro_batch" in BASE["workload_options"]
+            else "") + "; target "
         f"{BASE['target_accuracy']}, budget {BASE['budget']['max_train_seconds']} s of train clock per trial, "
         f"{BASE['fixed']['epochs']} epochs for the schedules, evaluation every {BASE['fixed']['eval_every_epochs']} "
         f"epoch; ASHA grace {BASE['asha']['grace_seconds']} s, reduction factor {BASE['asha']['reduction_factor']}; "
-        f"TPE with {BASE['sampler']['n_startup_trials']} random start-up trials. Trial 0 of every search is the "
+        f"TPE with {BASE['sampler']['n_startup_trials']} random start-up trials. Methods (sampler, ASHA, probe): " +
+        "; ".join(f"{m}: {k}, ASHA {'on' if a else 'off'}, probe {'on' if m in PROBED else 'off'}"
+                  for m, (k, a) in METHODS.items()) + ". Trial 0 of every search is the "
         f"baseline ({key(BASE['baseline'])}, true TTA {fmt(truth[key(BASE['baseline'])])} s), and its compute "
         f"counts for every method.", "",
         f"Ground truth: every recipe trained {args.truth_repeats}x with seed 0 (as in the searches), "
@@ -259,8 +328,9 @@ def main() -> None:
         "needed more than everything it spent: shown as `> total`, and counted as that lower bound in the "
         "median, which then is a lower bound too (`>`).", "",
         "| method | " + " | ".join(f"seed {s}" for s in seeds) + " | median | found | total compute per "
-        "search (median) | stopped early per search (median) | repeated recipes per search (median) |",
-        "| --- |" + " ---: |" * (len(seeds) + 5)]
+        "search (median) | of which probe (median) | stopped early per search (median) | out-of-memory trials "
+        "per search (median) | repeated recipes per search (median) |",
+        "| --- |" + " ---: |" * (len(seeds) + 7)]
     for m in METHODS:
         mine = [r for r in runs if r["method"] == m]
         cells = [fmt(r["compute_to_find"]) if r["compute_to_find"] is not None else f"> {r['total_compute']:.1f}"
@@ -269,10 +339,12 @@ def main() -> None:
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {'' if exact else '> '}{value:.1f} | "
                      f"{sum(r['compute_to_find'] is not None for r in mine)}/{len(mine)} | "
                      f"{statistics.median(r['total_compute'] for r in mine):.1f} | "
+                     f"{statistics.median(r.get('probe_seconds', 0) for r in mine):.1f} | "
                      f"{statistics.median(r['stopped_early'] for r in mine):g} | "
+                     f"{statistics.median(r.get('oom', 0) for r in mine):g} | "
                      f"{statistics.median(r.get('repeats', 0) for r in mine):g} |")
-    lines += ["", f"**TPE+ASHA / random, compute to find (medians over seeds): {ratio_text}** "
-              f"(goal <= 0.33: {'met' if met else 'NOT met'}).", ""]
+    lines += ["", f"**{CHALLENGER} / {REFERENCE}, compute to find (medians over seeds): {ratio_text}** "
+              f"(goal <= {GOAL:.2f}: {'met' if met else 'NOT met'}).", ""]
     # The same read at a looser bar (within 20%), from the best-found curves: how robust the verdict is.
     loose = 1.2 * best
     looser = {}
@@ -284,9 +356,9 @@ def main() -> None:
                  for r in mine]
         lines.append(f"- within 20% ({loose:.2f} s), {m}: " + ", ".join(cells) +
                      f"; median {'' if looser[m][1] else '> '}{looser[m][0]:.1f}")
-    (la, la_exact), (lr_, lr_exact) = looser["tpe+asha"], looser["random"]
+    (la, la_exact), (lr_, lr_exact) = looser[CHALLENGER], looser[REFERENCE]
     if la_exact:
-        lines.append(f"- within 20%: TPE+ASHA / random = {'' if lr_exact else '< '}{la / lr_:.2f}")
+        lines.append(f"- within 20%: {CHALLENGER} / {REFERENCE} = {'' if lr_exact else '< '}{la / lr_:.2f}")
     xs_read = [15, 30, 60, 90]
     lines += ["", "Median over seeds of the best recipe's true TTA found by a compute budget "
               f"({', '.join(f'{x} s' for x in xs_read)}):", ""]
@@ -294,7 +366,8 @@ def main() -> None:
         ys = median_curve([r for r in runs if r["method"] == m], xs_read)
         lines.append(f"- {m}: " + ", ".join(f"{y:.2f} s" if math.isfinite(y) else "none yet" for y in ys))
     lines += ["", f"![best found vs compute]({out.with_suffix('.png').name})"]
-    text = results_header("Search efficiency: compute to find a near-best recipe (mnist1d, CPU)") + \
+    text = results_header(f"Search efficiency: compute to find a near-best recipe (mnist1d, {args.space} space, "
+                          "CPU)") + \
         "\n".join(lines) + "\n"
     write_results(out, text)
     print(text)

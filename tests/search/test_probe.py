@@ -96,6 +96,7 @@ def test_probes_are_child_runs_of_kind_probe_with_their_measurements(probed):
     speed = {(r.data.params["attention"], r.data.params["batch_size"]): r.data.metrics["samples_per_second"]
              for r in probes}
     assert speed[("math", "32")] > speed[("auto", "32")]
+    assert parent.data.metrics["probe_seconds"] > 0  # what the probe stage cost, for payback sums
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,7 @@ def test_with_the_probe_off_no_probe_runs(micro_batched):
     assert not [r for r in runs if r.data.tags.get("autospeed.kind") == "probe"]
     assert "probe:" not in proc.stdout and "probe fixed" not in proc.stdout
     parent = next(r for r in runs if r.data.tags.get("autospeed.kind") == "search")
-    assert "autospeed.probe_fixed" not in parent.data.tags
+    assert "autospeed.probe_fixed" not in parent.data.tags and "probe_seconds" not in parent.data.metrics
 
 
 # ---------------------------------------------------------------- deciding, on given measurements
