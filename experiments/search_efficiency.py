@@ -28,7 +28,8 @@ sizes that do not fit a micro-batch), `today` (TPE + ASHA, probe off: 512 and 10
 out-of-memory trials, as before micro-batching) and `random` (random sampling, probe and ASHA
 off). A recipe's true TTA is trained as the product trains it: batch sizes above the limit in
 micro-batches of 256. The probe stage's whole wall time (the parent run's `probe_seconds`)
-counts as compute before the first trial. Writes search_efficiency_systems.md/.png/.json.
+counts as compute before the first trial. `max_consecutive_errors` is raised so that a run of
+out-of-memory trials does not end a search early. Writes search_efficiency_systems.md/.png/.json.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ SYSTEMS_GRID = {
 SYSTEMS_BASE = {
     **BASE, "workload_options": {"num_samples": 25000, "max_micro_batch": MEMORY_LIMIT},
     "budget": {"trials": 15, "max_train_seconds": 10},
+    # every sampled trial runs: 5 out-of-memory trials in a row would stop `today` and `random` (the
+    # product's guard against a broken set-up), which would end those searches, not measure them
+    "max_consecutive_errors": 1000,
     "probe": {"enabled": False, "warmup_steps": 3, "steps": 20, "max_configs": 4},
     # what a user writes by hand: a DataLoader, a small batch, SGD at a constant LR
     "baseline": {"batch_size": 32, "optimizer": "sgd", "lr": 0.01, "schedule": "constant",
