@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -312,6 +313,7 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
     """Probe, log each probe as an MLflow child run, print a line per configuration, decide."""
     import ray
 
+    started = time.perf_counter()
     remote = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"], max_retries=0)(probe_config)
     spec_json = spec.model_dump_json()
     budget = spec.budget.max_train_seconds
@@ -340,6 +342,7 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
     micro = micro_batch_for(speeds(probes)[_key(winner)])
     decision = Decision(fixed=winner, micro_batch_size=micro, spec=narrowed(spec, winner, micro), probes=probes)
     client.set_tag(parent_id, t.TAG_PROBE_FIXED, json.dumps({**winner, "micro_batch_size": micro}, sort_keys=True))
+    t.log_batch(client, parent_id, t.metrics({t.M_PROBE_SECONDS: time.perf_counter() - started}))
     print(decision.describe(), file=console, flush=True)
     return decision
 

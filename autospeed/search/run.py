@@ -161,9 +161,7 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
         return spec.model_copy(update={"space": {k: Param.model_validate(v) for k, v in state[PROBED_SPACE].items()}})
     if not wants_probe(spec):
         return spec
-    started = time.perf_counter()
     decision = run_probes(spec, client, parent_id, search_id, resources, threads, console)
-    client.log_metric(parent_id, t.M_PROBE_SECONDS, time.perf_counter() - started)
     search_dir.write_state({**state, PROBED_SPACE: decision.spec.model_dump(mode="json")["space"]})
     return decision.spec
 
