@@ -137,6 +137,8 @@ class SearchSpec(_Strict):
     confirm: Confirm = Field(default_factory=Confirm)
     probe: Probe = Field(default_factory=Probe)
     resources: Resources = Field(default_factory=Resources)
+    # The baseline's knobs; also its own `max_train_seconds` (default: the trials' budget), so that a slow
+    # baseline reaches the target and the speed-up has its reference.
     baseline: dict[str, Any] = Field(default_factory=dict)
     fixed: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Param]
@@ -207,7 +209,7 @@ def _check_layers(spec: SearchSpec, source: str) -> None:
     """Every knob value the search could use must make a valid recipe."""
     for section in ("fixed", "baseline"):
         for key in getattr(spec, section):
-            if key not in SEARCHABLE:
+            if key not in SEARCHABLE and not (section == "baseline" and key == "max_train_seconds"):
                 _unknown_knob(source, f"{section}.{key}", key)
     for key in spec.space:
         if key not in SEARCHABLE:

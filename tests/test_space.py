@@ -79,3 +79,18 @@ def test_workers_per_trial_sets_every_recipe_and_the_space_may_search_workers():
     trial = study.ask()
     spec.define_by_run(trial)
     assert trial.params["workers"] in (1, 2)
+
+
+def test_the_baseline_may_have_its_own_budget_and_only_the_baseline():
+    """A baseline slower than the trials' budget needs room to reach the target: its speed-up is the reference."""
+    data = _data()
+    data["baseline"] = {"max_train_seconds": 60, "epochs": 60}
+    spec = spec_from_dict(data, "space.yaml")
+    assert spec.recipe_for({}, baseline=True).max_train_seconds == 60
+    assert spec.recipe_for({}).max_train_seconds == spec.budget.max_train_seconds
+
+    data = _data()
+    data["fixed"] = {"max_train_seconds": 60}
+    with pytest.raises(UserError) as e:
+        spec_from_dict(data, "space.yaml")
+    assert "fixed.max_train_seconds" in str(e.value)

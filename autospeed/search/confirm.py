@@ -8,12 +8,9 @@ speed-up are decided on medians and reported with min and max. With
 `confirm.max_repeats` above `repeats`, more interleaved rounds follow while the
 winner's bootstrap 90% speed-up interval overlaps the runner-up's (`separated`).
 
-Runs happen one at a time with all cores after Ray has shut down. On a GPU each
-trains in a fresh process, as a production `autospeed train` does: a cold process
-pays CUDA context, cuDNN/cuBLAS handles and kernel loading on its first step (1.0 s
-against 0.01 s warm on an H100, experiments/results/gpu/cold_start_gpu.md), which a
-warm driver would hide from every run but the first. On a CPU they train in the
-driver process, where a fresh process would add only its imports, off the clock.
+Runs happen one at a time with all cores after Ray has shut down, never in the
+driver (autospeed/train_process.py says why): on a CPU in one lean process for them
+all, on a GPU each in a fresh process, as a production `autospeed train` does.
 Each is an MLflow child run of the search's parent with
 `autospeed.kind=confirm`; the results go to the parent as the `confirm_*`
 metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` reads.
@@ -22,11 +19,9 @@ metrics and the `autospeed.confirmed_best_trial` tag that `autospeed export` rea
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from autospeed import runs as res
@@ -35,6 +30,7 @@ from autospeed.outcome import Status, is_infeasible, median_tta, speedup_interva
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
 from autospeed.space import SearchSpec
+from autospeed.train_process import LeanProcess, train_in_fresh_process
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 
@@ -106,14 +102,6 @@ def _threads(spec: SearchSpec) -> int | None:
     return spec.resources.cpus_per_trial or os.cpu_count()
 
 
-def _train_in_fresh_process(recipe: Recipe, threads: int | None):
-    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock."""
-    from autospeed.trainer import train
-
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(train, recipe, None, None, threads).result()
-
-
 def fresh_process_for(recipe: Recipe) -> bool:
     """Whether a confirmation run of `recipe` trains in a fresh process (on a GPU: see the module doc)."""
     from autospeed.trainer import pick_device
@@ -128,8 +116,6 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     Returns None when there is nothing to confirm (repeats 0 or no reached trial).
     """
     from autospeed.search.data_parallel import train_on_workers
-    from autospeed.trainer import train
-    from autospeed.workloads import load_workload
 
     repeats = spec.confirm.repeats if repeats is None else repeats
     top_k = spec.confirm.top_k if top_k is None else top_k
@@ -142,7 +128,6 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     trials_total = len(res.trial_rows(client, parent))
     stop_ray()
     threads = _threads(spec)
-    workload = load_workload(spec.workload, spec.workload_options)
     max_repeats = max(repeats, spec.confirm.max_repeats)
     total = repeats * len(candidates)
     more = f", up to {max_repeats} while the winner is not separated" if max_repeats > repeats else ""
@@ -160,9 +145,9 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
             if recipe.workers > 1:  # data-parallel: on Ray Train workers, as in its trial
                 result = train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
             elif fresh_process_for(recipe):
-                result = _train_in_fresh_process(recipe, threads)
+                result = train_in_fresh_process(recipe, threads)
             else:
-                result = train(recipe, workload, num_threads=threads)
+                result = lean.train(recipe, threads)
             t.finish_run(client, run_id, recipe, result)
             c.ttas.append(result.tta_seconds if result.status == Status.REACHED else None)
             c.samples_per_second.append(result.samples_per_second)
@@ -171,7 +156,8 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
             print(f"  [{done}/{of_total}] confirm {c.label} (seed {recipe.seed}): {tta}", file=console, flush=True)
 
     try:
-        repeats = confirm_rounds(candidates, repeats, max_repeats, run_round)
+        with LeanProcess() as lean:
+            repeats = confirm_rounds(candidates, repeats, max_repeats, run_round)
     except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
         _end_killed(client, parent)
         raise

@@ -49,7 +49,9 @@ def make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurren
 
 class BaselineKeepingASHA(ASHAScheduler):
     """ASHA on the train clock that records the baseline at every rung but never stops it:
-    the speed-up needs the baseline's full TTA as its reference.
+    the speed-up needs the baseline's full TTA as its reference. The baseline trains to its own
+    end (target, epochs, or its `max_train_seconds`, which the space's `baseline` may set above the
+    trials' budget so that a slow baseline still reaches the target).
 
     Data-parallel trials (reports with `workers` > 1) are recorded but never stopped either: Tune
     ends a stopped trial by ending its actor, and a data-parallel trial's actor is blocked driving
@@ -63,8 +65,9 @@ class BaselineKeepingASHA(ASHAScheduler):
 
     def on_trial_result(self, tune_controller, trial, result):
         decision = super().on_trial_result(tune_controller, trial, result)
-        kept = trial.config.get("baseline") or result.get(WORKERS, 1) > 1
-        if kept and result.get("train_seconds", 0.0) < self.max_train_seconds:
+        if trial.config.get("baseline"):  # to its own end: the baseline may have a longer budget than the trials
+            return TrialScheduler.CONTINUE
+        if result.get(WORKERS, 1) > 1 and result.get("train_seconds", 0.0) < self.max_train_seconds:
             return TrialScheduler.CONTINUE
         return decision
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from autospeed import tracking as t
-from autospeed.search.confirm import Candidate, _decide, _train_in_fresh_process, fresh_process_for
+from autospeed.search.confirm import Candidate, _decide, fresh_process_for
+from autospeed.train_process import LeanProcess, train_in_fresh_process
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 
@@ -149,8 +150,10 @@ def test_median_missing_when_most_runs_miss_target():
     assert c.median is None and c.reached == [3.0]
 
 
-def test_a_fresh_process_confirmation_run_trains_in_another_process_and_returns_its_result(write_plugin, tmp_path):
-    """On a GPU a confirmation run pays a production run's cold start: it trains in a new process."""
+def test_confirmation_runs_train_outside_the_driver_in_one_lean_process_on_a_cpu_and_fresh_ones_on_a_gpu(
+        write_plugin, tmp_path):
+    """Confirmation runs never train in the driver (its Ray and MLflow state slows small steps down): on a CPU
+    one lean process trains them all; on a GPU each pays a production run's cold start in a new process."""
     write_plugin("pid_plugin", """
         import os
         import torch
@@ -170,11 +173,20 @@ def test_a_fresh_process_confirmation_run_trains_in_another_process_and_returns_
     recipe = Recipe(workload="pid_plugin:pids", workload_options={"out": str(out)}, target_accuracy=0.9,
                     batch_size=16, lr=0.1, epochs=20, eval_every_epochs=1, device="cpu")
 
-    result = _train_in_fresh_process(recipe, 1)
+    with LeanProcess() as lean:
+        results = [lean.train(recipe.model_copy(update={"seed": s}), 1) for s in (1, 2)]
+    assert all(r.status == Status.REACHED and r.tta_seconds is not None for r in results)
+    lean_pids = [int(p) for p in out.read_text().split()]
+    assert len(lean_pids) == 2 and len(set(lean_pids)) == 1 and os.getpid() not in lean_pids
+    assert fresh_process_for(recipe) is False  # on a CPU: the lean process trains
 
-    assert result.status == Status.REACHED and result.tta_seconds is not None
-    assert [int(p) for p in out.read_text().split()] != [os.getpid()]
-    assert fresh_process_for(recipe) is False  # on a CPU: the driver trains
+    out.unlink()
+    results = [train_in_fresh_process(recipe, 1) for _ in range(2)]
+    assert all(r.status == Status.REACHED for r in results)
+    fresh_pids = [int(p) for p in out.read_text().split()]
+    assert len(set(fresh_pids)) == 2 and os.getpid() not in fresh_pids
+
+
 
 
 # ---------------------------------------------------------------- confirm.max_repeats

@@ -60,6 +60,9 @@ def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline_or_a_data_para
     assert asha.on_trial_result(None, base, {"train_seconds": 1.0, "val_accuracy": 0.05}) == TrialScheduler.CONTINUE
     two_workers = {"train_seconds": 1.0, "val_accuracy": 0.05, "workers": 2}
     assert asha.on_trial_result(None, parallel, two_workers) == TrialScheduler.CONTINUE
+    # past the trials' budget (ASHA's max_t) only the baseline goes on, to its own budget
+    assert asha.on_trial_result(None, base, {"train_seconds": 12.0, "val_accuracy": 0.5}) == TrialScheduler.CONTINUE
+    assert asha.on_trial_result(None, strong, {"train_seconds": 12.0, "val_accuracy": 0.99}) == TrialScheduler.STOP
 
 
 def test_a_resumed_asha_compares_new_trials_with_the_finished_ones():

@@ -1,0 +1,74 @@
+"""Training in a process of its own, away from the search's driver: where confirmation runs train.
+
+The driver holds Ray's, MLflow's and Optuna's state: their threads, and a Python heap about twice a
+bare trainer's, which every full garbage collection walks. A recipe that takes many small steps per
+second trains measurably slower there: fast.yaml's baseline (batch 32) reached its target in 21.0 s
+in the driver against 13.6 s as trial 0 of the same search (in a Ray worker), on the 2-core CPU
+machine. So confirmation runs, like trials and like a production `autospeed train`, train in a
+process that does nothing else:
+
+* `LeanProcess`, on a CPU: one spawned process trains a confirmation's runs one after another and
+  loads each workload once. A process per run would add its interpreter start and imports (off the
+  train clock) to the search's wall time and buy nothing: a CPU run pays no cold start on its clock.
+* `train_in_fresh_process`, on a GPU: a new process per run, so the cold start a production run pays
+  (CUDA context, cuDNN/cuBLAS handles, kernel loading: 1.0 s against 0.01 s warm on an H100,
+  experiments/results/gpu/cold_start_gpu.md) is on every run's clock, not on the first one's only.
+
+This module imports the trainer only (no Ray, MLflow or Optuna), so neither does the process.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from autospeed.recipe import Recipe
+
+_WORKLOADS: dict[str, Any] = {}  # in the lean process: the last workload loaded, by name and options
+
+
+def _train_here(recipe: Recipe, threads: int | None):
+    from autospeed.trainer import train
+    from autospeed.workloads import load_workload
+
+    key = json.dumps([recipe.workload, recipe.workload_options], sort_keys=True)
+    if key not in _WORKLOADS:
+        _WORKLOADS.clear()
+        _WORKLOADS[key] = load_workload(recipe.workload, recipe.workload_options)
+    return train(recipe, _WORKLOADS[key], num_threads=threads)
+
+
+class LeanProcess:
+    """One spawned process that trains recipes one at a time (`with LeanProcess() as p: p.train(...)`).
+    It starts on the first `train`; leaving the block by an exception (Ctrl-C included) terminates it,
+    whatever it was doing."""
+
+    def __init__(self):
+        self._pool = None
+
+    def train(self, recipe: Recipe, threads: int | None):
+        if self._pool is None:
+            self._pool = multiprocessing.get_context("spawn").Pool(1)
+        return self._pool.apply(_train_here, (recipe, threads))
+
+    def __enter__(self) -> "LeanProcess":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._pool is None:
+            return
+        if exc_type is None:
+            self._pool.close()
+        else:
+            self._pool.terminate()
+        self._pool.join()
+
+
+def train_in_fresh_process(recipe: Recipe, threads: int | None):
+    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock."""
+    from autospeed.trainer import train
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(train, recipe, None, None, threads).result()
