@@ -34,6 +34,8 @@ TAG_APPLIED = "autospeed.applied"  # on a trial: each knob and the value that to
 APPLIED_COLUMNS = ("micro_batch_size", "accumulation_steps", "effective_batch", "lr")
 TAG_CONFIRMED_BEST = "autospeed.confirmed_best_trial"  # on the parent: the trial confirmation picked
 TAG_CONFIRM_REPEAT = "autospeed.confirm_repeat"  # on each confirm run: 0 .. repeats-1
+# on the parent: the baseline trial whose TTA is the baseline's first confirmation sample (confirm.py)
+TAG_CONFIRM_CARRIED = "autospeed.confirm_carried_trial"
 TAG_EXPERIMENT_DIR = "autospeed.experiment_dir"  # on the parent: Ray experiment and optuna.db of the search
 TAG_TRIALS = "autospeed.trials"  # on the parent: trials asked for (the `trials` param is the count it began with)
 TAG_CONFIRM_TRIALS = "autospeed.confirm_trials"  # on each confirm run: how many trials the confirmation chose from

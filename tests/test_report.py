@@ -107,6 +107,18 @@ def test_report_writes_a_self_contained_page_and_figures_and_logs_them(store, ru
     assert {f"report/{n}" for n in names} <= logged
 
 
+def test_the_baseline_trial_carried_into_confirmation_is_one_of_its_confirmation_samples(store):
+    """confirm.py counts the baseline's own trial as its first confirmation sample (parent tag): the report too."""
+    from autospeed import tracking as t
+    from autospeed.report import collect
+
+    base = next(c for c in collect(store.client, "demo").confirmed if c.baseline)
+    assert sorted(base.ttas) == [5.8, 6.1]
+    store.client.set_tag(store.parent_id, t.TAG_CONFIRM_CARRIED, "t_00000")
+    base = next(c for c in collect(store.client, "demo").confirmed if c.baseline)
+    assert base.ttas[0] == 6.0 and sorted(base.ttas) == [5.8, 6.0, 6.1]
+
+
 def test_report_without_the_study_says_so_and_still_draws_the_rest(store, run_cli):
     out = store.tmp / "report"
     r = run_cli("report", "--name", "demo", "--tracking-uri", store.uri,

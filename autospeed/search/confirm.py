@@ -45,6 +45,7 @@ class Candidate:
     recipe: Recipe
     ttas: list[float | None] = field(default_factory=list)
     samples_per_second: list[float] = field(default_factory=list)
+    carried: int = 0  # leading entries of `ttas` measured by the search (the baseline's trial), not rerun
 
     @property
     def label(self) -> str:
@@ -88,12 +89,20 @@ def _trial_recipe(client, run_id: str) -> Recipe:
 
 
 def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
-    """The top_k reached non-baseline trials by search TTA, then the baseline (if it ran)."""
+    """The top_k reached non-baseline trials by search TTA, then the baseline (if it ran).
+
+    The baseline's trial, when it trained to its end (target reached, or missed within its own budget), is
+    its first sample: it was not picked as the best of many, so it carries no winner's curse, and a repeat
+    of the slowest recipe in the search is the dearest run there is. The top recipes' trials are not."""
     rows = res.trial_rows(client, parent)
     top = [r for r in res.ranked(rows) if r.reached and not r.baseline][:top_k]
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
-    return [Candidate(r.trial_id, r.baseline, r.tta_seconds, _trial_recipe(client, r.run_id)) for r in chosen]
+    out = [Candidate(r.trial_id, r.baseline, r.tta_seconds, _trial_recipe(client, r.run_id)) for r in chosen]
+    for c, r in zip(out, chosen):
+        if c.baseline and r.status in (Status.REACHED.value, Status.NOT_REACHED.value):
+            c.ttas, c.carried = [r.tta_seconds if r.reached else None], 1
+    return out
 
 
 def _threads(spec: SearchSpec) -> int | None:
@@ -129,17 +138,20 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     stop_ray()
     threads = _threads(spec)
     max_repeats = max(repeats, spec.confirm.max_repeats)
-    total = repeats * len(candidates)
+    total = repeats * len(candidates) - sum(c.carried for c in candidates)
     more = f", up to {max_repeats} while the winner is not separated" if max_repeats > repeats else ""
     of_total = f"{total}+" if more else f"{total}"
+    carried = ", the baseline's trial counting as its first" if any(c.carried for c in candidates) else ""
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) and the baseline: "
-          f"{repeats} interleaved repeats each{more}, new seeds ({of_total} runs)",
+          f"{repeats} interleaved repeats each{more}{carried}, new seeds ({of_total} runs)",
           file=console, flush=True)
     done = 0
 
     def run_round(r: int) -> None:
         nonlocal done
         for c in candidates:
+            if r < c.carried:
+                continue
             recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
             run_id = _start_run(client, parent, search_id, c, r, recipe, trials_total)
             if recipe.workers > 1:  # data-parallel: on Ray Train workers, as in its trial
@@ -232,6 +244,8 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     values[t.M_CONFIRM_SPEEDUP] = outcome.speedup
     values[t.M_CONFIRM_SPEEDUP_CI_LOW], values[t.M_CONFIRM_SPEEDUP_CI_HIGH] = outcome.speedup_interval
     tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
+    if b is not None and b.carried:
+        tags[t.TAG_CONFIRM_CARRIED] = b.trial_id  # the report adds that trial's TTA to the baseline's runs
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
     client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
 

@@ -5,6 +5,7 @@ child runs, the exported `measured` section, and the environment warning of
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,10 @@ import pytest
 import yaml
 
 from autospeed import tracking as t
-from autospeed.search.confirm import Candidate, _decide, fresh_process_for
-from autospeed.train_process import LeanProcess, train_in_fresh_process
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
+from autospeed.search.confirm import Candidate, _decide, fresh_process_for
+from autospeed.train_process import LeanProcess, train_in_fresh_process
 
 REPEATS, TOP_K = 2, 1
 
@@ -64,7 +65,10 @@ def test_confirm_runs_are_child_runs_interleaved(searched):
     folder, uri, _ = searched
     parent = _runs(uri, t.KIND_SEARCH)[0]
     confirm = _runs(uri, t.KIND_CONFIRM)
-    assert len(confirm) == (TOP_K + 1) * REPEATS
+    # the baseline's trial is its first sample (it was not picked as the best of many): one run fewer
+    assert len(confirm) == (TOP_K + 1) * REPEATS - 1
+    baseline_trial = next(r for r in _runs(uri, t.KIND_TRIAL) if r.data.tags[t.TAG_BASELINE] == "true")
+    assert parent.data.tags[t.TAG_CONFIRM_CARRIED] == baseline_trial.data.tags[t.TAG_TRIAL_ID]
     trial_ids = {r.data.tags[t.TAG_TRIAL_ID] for r in _runs(uri, t.KIND_TRIAL)}
     for run in confirm:
         tags = run.data.tags
@@ -74,12 +78,14 @@ def test_confirm_runs_are_child_runs_interleaved(searched):
         assert tags[t.TAG_STATUS] in ("reached", "not_reached")
         assert "batch_size" in run.data.params and "seed" in run.data.params
         assert t.M_BEST_VAL_ACCURACY in run.data.metrics
-    assert sum(r.data.tags[t.TAG_BASELINE] == "true" for r in confirm) == REPEATS
+    assert sum(r.data.tags[t.TAG_BASELINE] == "true" for r in confirm) == REPEATS - 1
     # new seeds, one per repeat, never the search's seed
     assert {r.data.params["seed"] for r in confirm} == {str(1000 + i) for i in range(REPEATS)}
-    # interleaved: A B A B, by start time
-    order = [r.data.tags[t.TAG_TRIAL_ID] for r in sorted(confirm, key=lambda r: r.info.start_time)]
-    assert order[:TOP_K + 1] == order[TOP_K + 1:2 * (TOP_K + 1)]
+    # interleaved by rounds, by start time: A | A B (the baseline's round 0 is its trial)
+    by_start = sorted(confirm, key=lambda r: r.info.start_time)
+    rounds = [int(r.data.tags[t.TAG_CONFIRM_REPEAT]) for r in by_start]
+    assert rounds == sorted(rounds) and rounds.count(0) == TOP_K and rounds.count(1) == TOP_K + 1
+    assert [r.data.tags[t.TAG_BASELINE] for r in by_start][-1] == "true"
 
 
 def test_export_measured_has_confirmation(searched):
@@ -93,6 +99,10 @@ def test_export_measured_has_confirmation(searched):
     assert measured["speedup_ci_low"] <= measured["speedup_vs_baseline"] <= measured["speedup_ci_high"]
     assert measured["tta_seconds_min"] <= measured["tta_seconds_median"] <= measured["tta_seconds_max"]
     assert measured["baseline_tta_seconds_median"] > 0
+    baseline_ttas = [r.data.metrics[t.M_TTA] for r in _runs(uri, t.KIND_TRIAL) + _runs(uri, t.KIND_CONFIRM)
+                     if r.data.tags[t.TAG_BASELINE] == "true"]  # its trial's and its confirmation runs'
+    assert len(baseline_ttas) == REPEATS
+    assert measured["baseline_tta_seconds_median"] == pytest.approx(statistics.median(baseline_ttas))
     assert measured["speedup_vs_baseline"] == pytest.approx(
         measured["baseline_tta_seconds_median"] / measured["tta_seconds_median"])
     parent = _runs(uri, t.KIND_SEARCH)[0]
