@@ -83,6 +83,9 @@ class Asha(_Strict):
     enabled: bool = True
     grace_seconds: float = Field(2.0, gt=0)  # first rung, train clock
     reduction_factor: float = Field(3.0, gt=1)
+    # Also stop a trial whose train clock passed this many times the confirm.top_k-th best TTA so far without
+    # reaching the target (it cannot be among the confirmed); null: ASHA's rungs only.
+    incumbent_margin: float | None = Field(1.5, ge=1)
 
 
 class Sampler(_Strict):

@@ -11,6 +11,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 
+from autospeed.recipe import Target
 from autospeed.search import _ray
 from autospeed.search.storage import SearchDir
 from autospeed.space import SearchSpec
@@ -53,22 +54,47 @@ class BaselineKeepingASHA(ASHAScheduler):
     end (target, epochs, or its `max_train_seconds`, which the space's `baseline` may set above the
     trials' budget so that a slow baseline still reaches the target).
 
+    With `incumbent_margin` it also stops a trial whose train clock has passed that many times the
+    `keep`-th best TTA reached so far (`keep`: the recipes confirmation re-runs, confirm.top_k)
+    without reaching the target: its TTA can no longer put it among them, whatever its rung says.
+    ASHA's rungs compare progress; this compares with the objective itself, a TTA. The margin is
+    above 1 because confirmation re-ranks within the noise of one TTA measurement (fast.yaml's top
+    recipes: up to +-20% between seeds).
+
     Data-parallel trials (reports with `workers` > 1) are recorded but never stopped either: Tune
     ends a stopped trial by ending its actor, and a data-parallel trial's actor is blocked driving
     its Ray Train run, so the stop would hold the run's cores and GPUs until Tune's forced clean-up
     (seen on Ray 2.60: the next trial waited minutes). They end at the target, the budget or the epochs."""
 
-    def __init__(self, *, max_t: float, **kwargs):
-        super().__init__(max_t=max_t, **kwargs)
+    def __init__(self, *, max_t: float, target: Target, keep: int = 1, incumbent_margin: float | None = None,
+                 **kwargs):
+        super().__init__(max_t=max_t, metric=target.metric, mode=target.mode, **kwargs)
         self.max_train_seconds = max_t
-        self.target_metric = kwargs["metric"]
+        self.target = target
+        self.target_metric = target.metric
+        self.keep = max(1, keep)
+        self.incumbent_margin = incumbent_margin
+        self.reached_seconds: dict[str, float] = {}  # trial id -> its TTA (the baseline's not among them)
+
+    def tta_cap(self) -> float | None:
+        """Train seconds past which an unreached trial cannot be among the `keep` best (None: not yet known)."""
+        if self.incumbent_margin is None or len(self.reached_seconds) < self.keep:
+            return None
+        return self.incumbent_margin * sorted(self.reached_seconds.values())[self.keep - 1]
 
     def on_trial_result(self, tune_controller, trial, result):
         decision = super().on_trial_result(tune_controller, trial, result)
         if trial.config.get("baseline"):  # to its own end: the baseline may have a longer budget than the trials
             return TrialScheduler.CONTINUE
-        if result.get(WORKERS, 1) > 1 and result.get("train_seconds", 0.0) < self.max_train_seconds:
-            return TrialScheduler.CONTINUE
+        seconds = result.get("train_seconds", 0.0)
+        if self.target.met(result.get(self.target_metric)):
+            self.reached_seconds.setdefault(trial.trial_id, seconds)
+            return decision
+        if result.get(WORKERS, 1) > 1:
+            return TrialScheduler.CONTINUE if seconds < self.max_train_seconds else decision
+        cap = self.tta_cap()
+        if cap is not None and seconds > cap:
+            return TrialScheduler.STOP
         return decision
 
     def replay(self, finished: list[tuple[str, bool, list[tuple[float, float]]]]) -> None:
@@ -106,8 +132,8 @@ def make_scheduler(spec: SearchSpec) -> TrialScheduler:
     """ASHA on the train clock over the target metric in its direction (val_loss: lower survives)."""
     if not spec.asha.enabled:
         return FIFOScheduler()
-    target = spec.resolved_target
-    return BaselineKeepingASHA(time_attr="train_seconds", metric=target.metric, mode=target.mode,
+    return BaselineKeepingASHA(time_attr="train_seconds", target=spec.resolved_target, keep=spec.confirm.top_k,
+                               incumbent_margin=spec.asha.incumbent_margin,
                                max_t=spec.budget.max_train_seconds, grace_period=spec.asha.grace_seconds,
                                reduction_factor=spec.asha.reduction_factor)
 

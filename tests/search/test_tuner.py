@@ -65,6 +65,38 @@ def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline_or_a_data_para
     assert asha.on_trial_result(None, strong, {"train_seconds": 12.0, "val_accuracy": 0.99}) == TrialScheduler.STOP
 
 
+def test_asha_stops_a_trial_that_can_no_longer_be_among_the_confirmed_once_it_passes_the_incumbents_tta():
+    """With top_k = 2 reached at 2 s and 4 s, a trial still short of the target at 1.5 x 4 s cannot be among the
+    two recipes confirmation re-runs: stopped, though ASHA's rungs would let it go on. Before two have reached,
+    for the baseline, and with `asha.incumbent_margin: null`, nothing is capped."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    asha_on = {"grace_seconds": 10, "reduction_factor": 2}
+    spec = _spec(budget={"trials": 6, "max_train_seconds": 30}, asha=asha_on, confirm={"top_k": 2, "repeats": 2})
+    asha = make_scheduler(spec)  # first rung at 10 s: the rungs never stop anything here
+    fast, second, slow, base = (_Trial(n, n == "base") for n in ("fast", "second", "slow", "base"))
+    for trial in (fast, second, slow, base):
+        asha.on_trial_add(None, trial)
+    assert asha.on_trial_result(None, fast, {"train_seconds": 2.0, "val_accuracy": 0.95}) == TrialScheduler.CONTINUE
+    assert asha.tta_cap() is None  # one reached: the second confirmed recipe is still open
+    assert asha.on_trial_result(None, slow, {"train_seconds": 7.0, "val_accuracy": 0.5}) == TrialScheduler.CONTINUE
+    asha.on_trial_result(None, second, {"train_seconds": 4.0, "val_accuracy": 0.95})
+    assert asha.tta_cap() == 1.5 * 4.0  # the default incumbent_margin
+    assert asha.on_trial_result(None, slow, {"train_seconds": 5.5, "val_accuracy": 0.6}) == TrialScheduler.CONTINUE
+    assert asha.on_trial_result(None, slow, {"train_seconds": 6.5, "val_accuracy": 0.7}) == TrialScheduler.STOP
+    assert asha.on_trial_result(None, base, {"train_seconds": 20.0, "val_accuracy": 0.7}) == TrialScheduler.CONTINUE
+
+    off = make_scheduler(_spec(budget={"trials": 6, "max_train_seconds": 30}, confirm={"top_k": 1, "repeats": 2},
+                               asha={**asha_on, "incumbent_margin": None}))
+    for trial in (fast, slow):
+        off.on_trial_add(None, trial)
+    off.on_trial_result(None, fast, {"train_seconds": 2.0, "val_accuracy": 0.95})
+    assert off.tta_cap() is None
+    assert off.on_trial_result(None, slow, {"train_seconds": 9.0, "val_accuracy": 0.7}) == TrialScheduler.CONTINUE
+
+
 def test_a_resumed_asha_compares_new_trials_with_the_finished_ones():
     """Tune never saves its scheduler: a resumed (or extended) search refills ASHA's rungs from
     the finished trials' reports in the ledger, so a weak new trial is stopped at the first rung
