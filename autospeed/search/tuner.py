@@ -86,9 +86,11 @@ class BaselineKeepingASHA(ASHAScheduler):
         decision = super().on_trial_result(tune_controller, trial, result)
         if trial.config.get("baseline"):  # to its own end: the baseline may have a longer budget than the trials
             return TrialScheduler.CONTINUE
+        if result.get("duplicate_of"):  # an earlier trial's result handed back: that trial counted already
+            return decision
         seconds = result.get("train_seconds", 0.0)
         if self.target.met(result.get(self.target_metric)):
-            self.reached_seconds.setdefault(trial.trial_id, seconds)
+            self.reached_seconds.setdefault(trial.trial_id, result.get("tta_seconds") or seconds)
             return decision
         if result.get(WORKERS, 1) > 1:
             return TrialScheduler.CONTINUE if seconds < self.max_train_seconds else decision

@@ -81,6 +81,10 @@ def test_asha_stops_a_trial_that_can_no_longer_be_among_the_confirmed_once_it_pa
         asha.on_trial_add(None, trial)
     assert asha.on_trial_result(None, fast, {"train_seconds": 2.0, "val_accuracy": 0.95}) == TrialScheduler.CONTINUE
     assert asha.tta_cap() is None  # one reached: the second confirmed recipe is still open
+    again = _Trial("again", False)  # the sampler proposed fast's recipe again: its result handed back, not a TTA
+    asha.on_trial_add(None, again)
+    asha.on_trial_result(None, again, {"train_seconds": 0.0, "val_accuracy": 0.95, "duplicate_of": "fast"})
+    assert asha.tta_cap() is None
     assert asha.on_trial_result(None, slow, {"train_seconds": 7.0, "val_accuracy": 0.5}) == TrialScheduler.CONTINUE
     asha.on_trial_result(None, second, {"train_seconds": 4.0, "val_accuracy": 0.95})
     assert asha.tta_cap() == 1.5 * 4.0  # the default incumbent_margin
