@@ -222,10 +222,9 @@ def collect(client, name: str, storage_path: str | None = None) -> SearchData:
     latest = parent.data.metrics.get(t.M_CONFIRM_TRIALS)
     confirms = [run for run in children if latest is None
                 or run.data.tags.get(t.TAG_CONFIRM_TRIALS) == str(int(latest))]
-    carried = parent.data.tags.get(t.TAG_CONFIRM_CARRIED)  # the baseline's trial: its first confirmation sample
-    for r in rows:
-        if r.baseline and r.trial_id == carried:
-            by_recipe[(r.trial_id, True)] = [r.tta_seconds if r.reached else None]
+    base = res.baseline_of(rows)  # its trial is its first confirmation sample when confirm.py carried it
+    if base is not None and parent.data.tags.get(t.TAG_CONFIRM_CARRIED) == base.trial_id:
+        by_recipe[(base.trial_id, True)] = [base.tta_seconds if base.reached else None]
     for r in res.trial_rows(client, parent, kind=t.KIND_CONFIRM, runs=confirms):
         by_recipe.setdefault((r.trial_id, r.baseline), []).append(r.tta_seconds if r.reached else None)
     trial_names = {r.trial_id: names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id

@@ -22,6 +22,8 @@ from autospeed.yamlio import load_yaml
 # Recipe fields the file sets at the top level, not per parameter.
 _TOP_LEVEL = ("workload", "workload_options", "target_accuracy", "target", "max_train_seconds")
 SEARCHABLE = tuple(f for f in KNOB_FIELDS if f not in _TOP_LEVEL)
+# The baseline may also set its own budget: a slow baseline needs room to reach the target.
+BASELINE_KEYS = SEARCHABLE + ("max_train_seconds",)
 
 
 class _Strict(BaseModel):
@@ -140,9 +142,7 @@ class SearchSpec(_Strict):
     confirm: Confirm = Field(default_factory=Confirm)
     probe: Probe = Field(default_factory=Probe)
     resources: Resources = Field(default_factory=Resources)
-    # The baseline's knobs; also its own `max_train_seconds` (default: the trials' budget), so that a slow
-    # baseline reaches the target and the speed-up has its reference.
-    baseline: dict[str, Any] = Field(default_factory=dict)
+    baseline: dict[str, Any] = Field(default_factory=dict)  # BASELINE_KEYS: the knobs, and its own budget
     fixed: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Param]
     max_consecutive_errors: int = Field(5, ge=1)  # same error this many trials in a row stops the search
@@ -210,9 +210,9 @@ class SearchSpec(_Strict):
 
 def _check_layers(spec: SearchSpec, source: str) -> None:
     """Every knob value the search could use must make a valid recipe."""
-    for section in ("fixed", "baseline"):
+    for section, allowed in (("fixed", SEARCHABLE), ("baseline", BASELINE_KEYS)):
         for key in getattr(spec, section):
-            if key not in SEARCHABLE and not (section == "baseline" and key == "max_train_seconds"):
+            if key not in allowed:
                 _unknown_knob(source, f"{section}.{key}", key)
     for key in spec.space:
         if key not in SEARCHABLE:

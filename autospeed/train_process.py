@@ -19,25 +19,16 @@ This module imports the trainer only (no Ray, MLflow or Optuna), so neither does
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
 from autospeed.recipe import Recipe
 
-_WORKLOADS: dict[str, Any] = {}  # in the lean process: the last workload loaded, by name and options
-
-
 def _train_here(recipe: Recipe, threads: int | None):
     from autospeed.trainer import train
-    from autospeed.workloads import load_workload
+    from autospeed.workloads import load_workload_once
 
-    key = json.dumps([recipe.workload, recipe.workload_options], sort_keys=True)
-    if key not in _WORKLOADS:
-        _WORKLOADS.clear()
-        _WORKLOADS[key] = load_workload(recipe.workload, recipe.workload_options)
-    return train(recipe, _WORKLOADS[key], num_threads=threads)
+    return train(recipe, load_workload_once(recipe.workload, recipe.workload_options), num_threads=threads)
 
 
 class LeanProcess:

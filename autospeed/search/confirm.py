@@ -99,9 +99,8 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     out = [Candidate(r.trial_id, r.baseline, r.tta_seconds, _trial_recipe(client, r.run_id)) for r in chosen]
-    for c, r in zip(out, chosen):
-        if c.baseline and r.status in (Status.REACHED.value, Status.NOT_REACHED.value):
-            c.ttas, c.carried = [r.tta_seconds if r.reached else None], 1
+    if out and out[-1].baseline and base.status in (Status.REACHED, Status.NOT_REACHED):
+        out[-1].ttas, out[-1].carried = [base.tta_seconds if base.reached else None], 1
     return out
 
 

@@ -43,7 +43,6 @@ MATHS_NEUTRAL = ("compile", "channels_last", "cudnn_benchmark", "data_loader", "
                  "persistent_workers", "prefetch_factor", "optimizer_impl", "attention")
 OK, OOM, FAILED = "ok", "oom", "failed"  # a probe's status (autospeed.status of its run)
 _PROBE_VALIDATION_SAMPLES = 8  # evaluation runs after every probe step (to time each step): keep it tiny
-_WORKLOADS: dict[str, Any] = {}  # per worker process, as in trainable.py
 _WARM: list[bool] = []  # non-empty once this worker process ran its untimed warm-up probe
 
 
@@ -164,19 +163,15 @@ def _probe_workload(spec: SearchSpec):
 
     import torch
 
-    from autospeed.workloads import load_workload
+    from autospeed.workloads import load_workload_once
 
-    key = json.dumps([spec.workload, spec.workload_options], sort_keys=True)
-    if key not in _WORKLOADS:
-        _WORKLOADS.clear()
-        w = load_workload(spec.workload, spec.workload_options)
-        n = _PROBE_VALIDATION_SAMPLES
-        if w.val_x is not None:
-            w = dataclasses.replace(w, val_x=w.val_x[:n], val_y=w.val_y[:n])
-        elif not isinstance(w.val_dataset, torch.utils.data.IterableDataset):
-            w = dataclasses.replace(w, val_dataset=torch.utils.data.Subset(w.val_dataset, range(n)))
-        _WORKLOADS[key] = w
-    return _WORKLOADS[key]
+    w = load_workload_once(spec.workload, spec.workload_options)  # a worker probing again loads it once
+    n = _PROBE_VALIDATION_SAMPLES
+    if w.val_x is not None:
+        return dataclasses.replace(w, val_x=w.val_x[:n], val_y=w.val_y[:n])
+    if not isinstance(w.val_dataset, torch.utils.data.IterableDataset):
+        return dataclasses.replace(w, val_dataset=torch.utils.data.Subset(w.val_dataset, range(n)))
+    return w
 
 
 def _probe_recipe(spec: SearchSpec, config: dict[str, Any], batch_size: int, workload):

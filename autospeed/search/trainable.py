@@ -19,9 +19,6 @@ from autospeed.space import SearchSpec
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
 
-_WORKLOADS: dict[str, Any] = {}  # per actor process: reused actors skip even the memory-mapped load
-
-
 def recipe_of(spec: SearchSpec, config: dict[str, Any]):
     """The recipe a trial's config stands for: the baseline (trial 0) or the sampled knobs."""
     params = {k: v for k, v in config.items() if k != "baseline"}
@@ -100,7 +97,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         return
 
     from autospeed.trainer import train
-    from autospeed.workloads import load_workload
+    from autospeed.workloads import load_workload_once
 
     where = node()
     spec = SearchSpec.model_validate_json(spec_json)
@@ -117,13 +114,9 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         _drive_workers(recipe, key, threads, gpus, folder, tune.get_context().get_trial_id())
         return
 
-    data_key = json.dumps([recipe.workload, recipe.workload_options], sort_keys=True)
-    if data_key not in _WORKLOADS:
-        _WORKLOADS.clear()
-        _WORKLOADS[data_key] = load_workload(recipe.workload, recipe.workload_options)
-
     reports = TrialReports(recipe, key, where)
-    r = train(recipe, _WORKLOADS[data_key], on_eval=lambda e: tune.report(reports.evaluation(e)), num_threads=threads)
+    workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
+    r = train(recipe, workload, on_eval=lambda e: tune.report(reports.evaluation(e)), num_threads=threads)
     tune.report(reports.final(r))
 
 

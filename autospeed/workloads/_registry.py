@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 from typing import Any, Callable
 
 from autospeed.errors import UserError
@@ -73,6 +74,20 @@ def check_options(spec: str, options: dict[str, Any]) -> None:
         if key not in params:
             raise UserError(f"workload_options.{key}: unknown option for workload '{spec}'; "
                             f"allowed: {', '.join(params) or 'none'}")
+
+
+_LAST: dict[str, Workload] = {}  # this process's last workload, by name and options (load_workload_once)
+
+
+def load_workload_once(spec: str, options: dict[str, Any] | None = None) -> Workload:
+    """`load_workload`, kept for this process's next call with the same name and options: a process that
+    trains one workload again and again (a Ray trial actor, a probe worker, confirmation's process) loads
+    it once. Only the last one is kept."""
+    key = json.dumps([spec, options or {}], sort_keys=True)
+    if key not in _LAST:
+        _LAST.clear()
+        _LAST[key] = load_workload(spec, options)
+    return _LAST[key]
 
 
 def load_workload(spec: str, options: dict[str, Any] | None = None) -> Workload:
