@@ -20,9 +20,16 @@ This module imports the trainer only (no Ray, MLflow or Optuna), so neither does
 from __future__ import annotations
 
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import signal
 
 from autospeed.recipe import Recipe
+
+
+def _ignore_ctrl_c() -> None:
+    """In the training process: Ctrl-C reaches the whole process group, but the driver decides what it
+    means (it ends its runs as KILLED and then terminates this process), so no second traceback here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 
 def _train_here(recipe: Recipe, threads: int | None):
     from autospeed.trainer import train
@@ -41,7 +48,7 @@ class LeanProcess:
 
     def train(self, recipe: Recipe, threads: int | None):
         if self._pool is None:
-            self._pool = multiprocessing.get_context("spawn").Pool(1)
+            self._pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_ctrl_c)
         return self._pool.apply(_train_here, (recipe, threads))
 
     def __enter__(self) -> "LeanProcess":
@@ -59,7 +66,5 @@ class LeanProcess:
 
 def train_in_fresh_process(recipe: Recipe, threads: int | None):
     """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock."""
-    from autospeed.trainer import train
-
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(train, recipe, None, None, threads).result()
+    with LeanProcess() as process:
+        return process.train(recipe, threads)
