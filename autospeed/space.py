@@ -243,6 +243,8 @@ def _unknown_knob(source: str, path: str, key: str) -> None:
 
     guess = difflib.get_close_matches(key, SEARCHABLE, n=1)
     hint = f"did you mean '{guess[0]}'?" if guess else "see README 'Recipe knobs'"
+    if key == "max_train_seconds":
+        hint = "the trials' budget is budget.max_train_seconds; only baseline may set its own"
     raise UserError(f"{source}: unknown knob '{path}'; {hint}")
 
 

@@ -93,4 +93,4 @@ def test_the_baseline_may_have_its_own_budget_and_only_the_baseline():
     data["fixed"] = {"max_train_seconds": 60}
     with pytest.raises(UserError) as e:
         spec_from_dict(data, "space.yaml")
-    assert "fixed.max_train_seconds" in str(e.value)
+    assert "fixed.max_train_seconds" in str(e.value) and "budget.max_train_seconds" in str(e.value)
