@@ -1,3 +1,3 @@
-from autospeed.cli import main
+from autospeed.cli import entry
 
-raise SystemExit(main())
+entry()
