@@ -220,18 +220,22 @@ def search_and_export(space: Path, work: Path, name: str, trials: int | None = N
 def search_compute(tracking_uri: str, name: str) -> dict[str, dict[str, float]]:
     """The latest search named `name`, per kind of child run (probe, trial, confirm, ...): how many runs
     and the train-clock and wall seconds they recorded (`train_seconds`, `wall_seconds`; a kind whose
-    runs record neither shows 0)."""
+    runs record neither shows 0). For probes, whose runs record neither, wall is the whole probe stage's
+    (the parent's `probe_seconds`)."""
     from autospeed import runs
     from autospeed import tracking as t
 
     client = t.connect(tracking_uri)
     out: dict[str, dict[str, float]] = {}
-    for run in runs.child_runs(client, runs.find_parent(client, name)):
+    parent = runs.find_parent(client, name)
+    for run in runs.child_runs(client, parent):
         kind = out.setdefault(run.data.tags.get(t.TAG_KIND, "?"), {"runs": 0, "train_seconds": 0.0,
                                                                    "wall_seconds": 0.0})
         kind["runs"] += 1
         kind["train_seconds"] += run.data.metrics.get(t.M_TRAIN_SECONDS, 0.0)
         kind["wall_seconds"] += run.data.metrics.get(t.M_WALL_SECONDS, 0.0)
+    if t.KIND_PROBE in out:  # probe runs record samples/s, not seconds: the stage's wall is on the parent
+        out[t.KIND_PROBE]["wall_seconds"] = parent.data.metrics.get(t.M_PROBE_SECONDS, 0.0)
     return out
 
 
