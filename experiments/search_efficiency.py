@@ -113,11 +113,16 @@ def key(params: dict) -> str:
     return f"{k} {params['data_loader']}" if "data_loader" in GRID else k
 
 
+def fits_in_memory(params: dict) -> bool:
+    """--space systems: a training pass of the recipe's batch size fits under the simulated memory limit."""
+    limit = BASE["workload_options"].get("max_micro_batch")
+    return not limit or int(params["batch_size"]) <= limit
+
+
 def truth_params(params: dict) -> dict:
     """A recipe as its true TTA is measured: above the memory limit in micro-batches, as the probe sets."""
-    limit = BASE["workload_options"].get("max_micro_batch")
-    if limit and int(params["batch_size"]) > limit:
-        return {**params, "micro_batch_size": limit}
+    if not fits_in_memory(params):
+        return {**params, "micro_batch_size": BASE["workload_options"]["max_micro_batch"]}
     return params
 
 
@@ -200,14 +205,14 @@ def censored_median(runs: list[dict]) -> tuple[float, bool]:
     return (lo[0] + hi[0]) / 2, all(found for v, found in values if v <= hi[0])
 
 
-def simulated_random(grid_truth: dict[str, float], baseline_true: float, good: float, trials: int, *,
-                     searches: int = 20000, seed: int = 0) -> tuple[float, float]:
+def simulated_random(grid_truth: dict[str, float], first_trial_seconds: float, good: float, trials: int, *,
+                     searches: int, seed: int = 0) -> tuple[float, float]:
     """Random search without a trial limit, simulated from the measured ground truth: (median compute to find,
     median total compute of a search of `trials` trials, to check the model against the real searches').
 
     The real random searches stop after --trials trials, so where they found nothing their compute to find is
     only a lower bound. Here every search draws recipes uniformly (as Optuna's RandomSampler does over the grid)
-    until it draws a near-best one it can train: the baseline first, then each draw costs what it costs in a
+    until it draws a near-best one it can train: the baseline first (`first_trial_seconds`), then each draw costs what it costs in a
     random search (ASHA and probe off): its true TTA when it reaches the target, else the whole budget, and
     nothing when its batch size is above the memory limit (out of memory at its first step: without the probe
     nothing is micro-batched), which also means it can never be the one found; a recipe drawn again costs
@@ -216,11 +221,9 @@ def simulated_random(grid_truth: dict[str, float], baseline_true: float, good: f
 
     rng = random.Random(seed)
     budget = BASE["budget"]["max_train_seconds"]
-    limit = BASE["workload_options"].get("max_micro_batch") or math.inf
     recipes = [dict(zip(GRID, v)) for v in itertools.product(*GRID.values())]
-    fits = lambda params: int(params["batch_size"]) <= limit  # noqa: E731
-    cost = lambda params: min(grid_truth[key(params)], budget) if fits(params) else 0.0  # noqa: E731
-    first = min(baseline_true, budget)
+    cost = lambda params: min(grid_truth[key(params)], budget) if fits_in_memory(params) else 0.0  # noqa: E731
+    first = first_trial_seconds
 
     def draws():  # (recipe, what it costs): a recipe drawn again takes its first result, as in a search
         seen: set[str] = set()
@@ -234,7 +237,7 @@ def simulated_random(grid_truth: dict[str, float], baseline_true: float, good: f
         compute = first
         for params, seconds in draws():
             compute += seconds
-            if fits(params) and grid_truth[key(params)] <= good:
+            if fits_in_memory(params) and grid_truth[key(params)] <= good:
                 break
         finds.append(compute)
     totals = [first + sum(seconds for _, (_, seconds) in zip(range(trials - 1), draws())) for _ in range(searches)]
@@ -394,14 +397,14 @@ def main() -> None:
         # The real random searches' median is censored: read the reference uncensored from the ground truth.
         ref_runs = [r for r in runs if r["method"] == REFERENCE]
         n_trials = int(statistics.median(r["trials"] for r in ref_runs))
-        baseline_true = truth[key(BASE["baseline"])]
-        sim_find, sim_total = simulated_random(grid_truth, baseline_true, good, n_trials)
-        first = min(baseline_true, BASE["budget"]["max_train_seconds"])
+        first = min(truth[key(BASE["baseline"])], BASE["budget"]["max_train_seconds"])  # the baseline trial
+        searches = 20000
+        sim_find, sim_total = simulated_random(grid_truth, first, good, n_trials, searches=searches)
         probe_med = statistics.median(r.get("probe_seconds", 0) for r in runs if r["method"] == CHALLENGER)
         lines += [
-            f"Random search run until it finds one, simulated from the ground truth (`simulated_random`: 20,000 "
-            f"searches, each draw costing its true TTA, the budget when it misses, nothing when out of memory or drawn before): "
-            f"median compute to find **{sim_find:.1f} s**. Check of the model: a simulated {n_trials}-trial random "
+            f"Random search run until it finds one, simulated from the ground truth (`simulated_random`: "
+            f"{searches:,} searches, each draw costing its true TTA, the budget when it misses, nothing when out of "
+            f"memory or drawn before): median compute to find **{sim_find:.1f} s**. Check of the model: a simulated {n_trials}-trial random "
             f"search spends {sim_total:.1f} s (median), the real ones above "
             f"{statistics.median(r['total_compute'] for r in ref_runs):.1f} s.", "",
             f"**{CHALLENGER} / {REFERENCE} (simulated, uncensored): {ta / sim_find:.2f}** "
