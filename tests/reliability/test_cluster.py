@@ -53,14 +53,16 @@ def _can_hide_a_folder() -> bool:
 
 
 def _processes() -> dict[int, tuple[int, int]]:
-    """pid -> (session id, parent pid) of every process (Linux /proc)."""
+    """pid -> (session id, parent pid) of every live process (Linux /proc). A zombie (state Z: it has
+    ended, its parent has not reaped it yet) is not live: nothing is left to kill or wait for."""
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError, ValueError):
                 with open(f"/proc/{entry}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session
-                out[int(entry)] = (int(fields[3]), int(fields[1]))
+                if fields[0] != "Z":
+                    out[int(entry)] = (int(fields[3]), int(fields[1]))
     return out
 
 
@@ -77,11 +79,13 @@ def _kill_sessions(sids: list[int]) -> None:
             grew = bool(more)
         return found
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    # SIGTERM lets most go at once; Ray's gcs_server does not leave within 15 s of one, so it gets a
+    # moment, then SIGKILL, after which all go at once (the 15 s only guard against a hang)
+    for sig, grace_seconds in ((signal.SIGTERM, 3), (signal.SIGKILL, 15)):
         for pid in ours():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + 15  # a hang guard: they go at once on SIGKILL
+        deadline = time.monotonic() + grace_seconds
         while ours() and time.monotonic() < deadline:
             time.sleep(0.2)
 
