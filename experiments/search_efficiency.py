@@ -222,8 +222,9 @@ def simulated_random(grid_truth: dict[str, float], first_trial_seconds: float, g
     rng = random.Random(seed)
     budget = BASE["budget"]["max_train_seconds"]
     recipes = [dict(zip(GRID, v)) for v in itertools.product(*GRID.values())]
-    cost = lambda params: min(grid_truth[key(params)], budget) if fits_in_memory(params) else 0.0  # noqa: E731
-    first = first_trial_seconds
+
+    def cost(params: dict) -> float:  # a first draw: its TTA, the budget when it misses, 0 when out of memory
+        return min(grid_truth[key(params)], budget) if fits_in_memory(params) else 0.0
 
     def draws():  # (recipe, what it costs): a recipe drawn again takes its first result, as in a search
         seen: set[str] = set()
@@ -234,13 +235,14 @@ def simulated_random(grid_truth: dict[str, float], first_trial_seconds: float, g
 
     finds = []
     for _ in range(searches):
-        compute = first
+        compute = first_trial_seconds
         for params, seconds in draws():
             compute += seconds
             if fits_in_memory(params) and grid_truth[key(params)] <= good:
                 break
         finds.append(compute)
-    totals = [first + sum(seconds for _, (_, seconds) in zip(range(trials - 1), draws())) for _ in range(searches)]
+    totals = [first_trial_seconds + sum(seconds for _, (_, seconds) in zip(range(trials - 1), draws()))
+              for _ in range(searches)]
     return statistics.median(finds), statistics.median(totals)
 
 
