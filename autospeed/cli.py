@@ -23,17 +23,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _err(message: str) -> None:
-    from autospeed.tracking import redact
+    from autospeed.track.layout import redact
 
     print(f"autospeed: error: {redact(message)}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- train
 def cmd_train(args) -> int:
-    from autospeed import tracking
-    from autospeed.environment import differences, environment
+    from autospeed.track import layout as tracking
+    from autospeed.train.environment import differences, environment
     from autospeed.recipe import load_recipe
-    from autospeed.trainer import pick_device, train
+    from autospeed.train.trainer import pick_device, train
     from autospeed.workloads import check_target, load_workload
 
     recipe = load_recipe(args.config)
@@ -68,7 +68,7 @@ def cmd_train(args) -> int:
         except UserError as e:
             raise UserError(f"{args.config}: {e}") from None
     else:
-        from autospeed.live import TrainProgress
+        from autospeed.show.live import TrainProgress
 
         bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
         try:
@@ -101,7 +101,7 @@ def cmd_train(args) -> int:
 def cmd_search(args) -> int:
     from pathlib import Path
 
-    from autospeed import tracking
+    from autospeed.track import layout as tracking
     from autospeed.search import run_search
     from autospeed.space import load_spec
 
@@ -141,11 +141,11 @@ def cmd_search(args) -> int:
 def _where_to_look(uri: str, name: str) -> str:
     """Where the user compares the trials: the tracking server's page of the search's runs, or a UI
     to start on a local store."""
-    from autospeed.tracking import redact
+    from autospeed.track.layout import redact
 
     shown = redact(uri)
     if uri.startswith(("http://", "https://")):  # a tracking server: its UI is up already
-        from autospeed.ui import experiment_path
+        from autospeed.show.ui import experiment_path
 
         return (f"compare trials: {shown.rstrip('/')}{experiment_path(uri, name)}  (the MLflow tracking server); "
                 f"figures: autospeed report --name {name} --tracking-uri {shown}")
@@ -157,7 +157,7 @@ def _resume_command(args) -> str:
     """The exact command that continues this search (credentials in the URI hidden)."""
     import shlex
 
-    from autospeed.tracking import redact
+    from autospeed.track.layout import redact
 
     words = ["autospeed", "search", "--space", args.space]
     for flag in ("name", "tracking_uri", "storage_path", "ray_address"):
@@ -167,8 +167,8 @@ def _resume_command(args) -> str:
 
 
 def cmd_export(args) -> int:
-    from autospeed import tracking
-    from autospeed.export import export
+    from autospeed.track import layout as tracking
+    from autospeed.track.export import export
 
     client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
@@ -178,11 +178,13 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from autospeed import tracking
-    from autospeed.report import write_report
+    from autospeed.track import layout as tracking
+    from autospeed.search import search_root
+    from autospeed.show.report import write_report
 
     client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
-    report = write_report(client, args.name, args.out, storage_path=args.storage_path)
+    searches = search_root(args.storage_path, args.name) if args.storage_path else None
+    report = write_report(client, args.name, args.out, searches=searches)
     print(report.leaderboard)
     print(f"\nwrote {report.html_path} ({len(report.figures)} figures: "
           f"{', '.join(p.name for p in report.figures)}); logged under the search run's artifacts 'report/'")
@@ -192,8 +194,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    from autospeed import tracking
-    from autospeed.ui import serve
+    from autospeed.track import layout as tracking
+    from autospeed.show.ui import serve
 
     return serve(tracking.resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
 
@@ -219,7 +221,7 @@ def cmd_workloads(args) -> int:
 
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    from autospeed.tracking import DEFAULT_TRAIN_EXPERIMENT
+    from autospeed.track.layout import DEFAULT_TRAIN_EXPERIMENT
 
     p = _Parser(prog="autospeed", description="Find the training recipe that reaches a target accuracy fastest.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")

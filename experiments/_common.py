@@ -49,7 +49,7 @@ def cv(values: list[float]) -> float:
 
 def machine_line(device: str = "cpu") -> str:
     """One line: the machine a benchmark ran on."""
-    from autospeed.environment import environment
+    from autospeed.train.environment import environment
 
     env = environment(device)
     gpu = f", {env['device_name']}, CUDA {env['cuda']}, driver {env['driver']}" if env["device"] == "cuda" else ""
@@ -222,8 +222,8 @@ def search_compute(tracking_uri: str, name: str) -> dict[str, dict[str, float]]:
     and the train-clock and wall seconds they recorded (`train_seconds`, `wall_seconds`; a kind whose
     runs record neither shows 0). For probes, whose runs record neither, wall is the whole probe stage's
     (the parent's `probe_seconds`)."""
-    from autospeed import runs
-    from autospeed import tracking as t
+    from autospeed.track import runs
+    from autospeed.track import layout as t
 
     client = t.connect(tracking_uri)
     out: dict[str, dict[str, float]] = {}

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit_table, provenance  # noqa: E402
 
 from autospeed.recipe import load_recipe  # noqa: E402
-from autospeed.trainer import pick_device, train  # noqa: E402
+from autospeed.train.trainer import pick_device, train  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--config", required=True)

@@ -38,7 +38,7 @@ tests)
     # gpu.yaml's baseline and one hand-picked fast recipe, once each: how long a trial takes here.
     [ -n "${NO_PROBE:-}" ] || timeout 150 $py - > "$out/baseline_probe.log" 2>&1 <<'PY'
 from autospeed.space import load_spec
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 spec = load_spec("search_spaces/gpu.yaml")
 fast = {"batch_size": 512, "lr": 0.4, "schedule": "onecycle", "precision": "bf16", "channels_last": True,
         "data_loader": "device", "cudnn_benchmark": True}

@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import cpu_lock, emit_table, provenance  # noqa: E402
 
 from autospeed.recipe import Recipe  # noqa: E402
-from autospeed.trainer import pick_device, train  # noqa: E402
+from autospeed.train.trainer import pick_device, train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
 BASELINES = {

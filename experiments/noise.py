@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, cpu_lock, cv, provenance, results_header, shown, write_results  # noqa: E402
 
 from autospeed.recipe import load_recipe  # noqa: E402
-from autospeed.trainer import train  # noqa: E402
+from autospeed.train.trainer import train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
 
 def search_gaps(uri: str, name: str, top: int = 5) -> list[tuple[str, float]]:
-    from autospeed import runs as res
-    from autospeed import tracking as t
+    from autospeed.track import runs as res
+    from autospeed.track import layout as t
 
     client = t.connect(uri)
     rows = [r for r in res.ranked(res.trial_rows(client, res.find_parent(client, name))) if r.reached][:top]

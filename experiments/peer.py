@@ -74,7 +74,7 @@ def run_peer(spec: SearchSpec, epochs: float, trial_seconds: float) -> dict:
     (wall seconds of data preparation and the study; summed train clock) and trial counts by state."""
     import optuna
 
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
     from autospeed.workloads import load_workload
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,4 +1,4 @@
-"""What the trainer's bookkeeping costs: autospeed.trainer.train against a hand-written loop.
+"""What the trainer's bookkeeping costs: autospeed.train.trainer.train against a hand-written loop.
 
 Both train the same mnist1d 1-D CNN on the same data, batch, optimizer (SGD,
 Nesterov momentum, weight decay), seed and number of optimizer steps, with
@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from autospeed.recipe import Recipe
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

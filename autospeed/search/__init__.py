@@ -5,7 +5,9 @@ trials, MLflow records every trial, confirmation runs decide the winner.
     trainable.py  the Ray adapter: config -> recipe -> trainer -> tune.report
     callback.py   one MLflow child run per trial (a Ray Tune callback)
     tuner.py      Optuna's sampler, ASHA, the stopper, the Tuner
+    probe.py      the probe stage: a few timed steps per systems configuration
     confirm.py    confirmation runs (no Ray)
+    data_parallel.py  a trial on N workers through Ray Train's TorchTrainer
     storage.py    the search's files on disk
     _ray.py       Ray set-up and every Ray-version workaround
 """

@@ -15,8 +15,8 @@ from typing import Any
 
 from ray.tune import Callback
 
-from autospeed import runs
-from autospeed import tracking as t
+from autospeed.track import runs
+from autospeed.track import layout as t
 from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
 from autospeed.search.storage import SearchDir
 from autospeed.search.trainable import FINAL, recipe_of
@@ -26,7 +26,7 @@ from autospeed.space import SearchSpec
 class TrialTracker(Callback):
     def __init__(self, client, parent_run_id: str, search_id: str, spec: SearchSpec, total: int, console,
                  search_dir: SearchDir):
-        from autospeed.live import SearchView
+        from autospeed.show.live import SearchView
 
         self.client, self.parent, self.search_id = client, parent_run_id, search_id
         self.spec, self.search_dir = spec, search_dir

@@ -9,7 +9,7 @@ speed-up are decided on medians and reported with min and max. With
 winner's bootstrap 90% speed-up interval overlaps the runner-up's (`separated`).
 
 Runs happen one at a time with all cores after Ray has shut down, never in the
-driver (autospeed/train_process.py says why): on a CPU in one lean process for them
+driver (autospeed/train/process.py says why): on a CPU in one lean process for them
 all, on a GPU each in a fresh process, as a production `autospeed train` does.
 Each is an MLflow child run of the search's parent with
 `autospeed.kind=confirm`; the results go to the parent as the `confirm_*`
@@ -24,13 +24,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from autospeed import runs as res
-from autospeed import tracking as t
+from autospeed.track import runs as res
+from autospeed.track import layout as t
 from autospeed.outcome import Status, is_infeasible, median_tta, speedup_interval
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
 from autospeed.space import SearchSpec
-from autospeed.train_process import LeanProcess, train_in_fresh_process
+from autospeed.train.process import LeanProcess, train_in_fresh_process
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 
@@ -112,7 +112,7 @@ def _threads(spec: SearchSpec) -> int | None:
 
 def fresh_process_for(recipe: Recipe) -> bool:
     """Whether a confirmation run of `recipe` trains in a fresh process (on a GPU: see the module doc)."""
-    from autospeed.trainer import pick_device
+    from autospeed.train.trainer import pick_device
 
     return pick_device(recipe).type == "cuda"
 

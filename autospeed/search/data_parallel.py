@@ -1,7 +1,7 @@
 """One recipe on N data-parallel workers through Ray Train's TorchTrainer (DESIGN.md "Scale-out").
 
 Ray Train starts the workers and their torch.distributed group (gloo on CPU, NCCL with one GPU per
-worker); each runs the ordinary trainer, which trains under DDP (autospeed.distributed).
+worker); each runs the ordinary trainer, which trains under DDP (autospeed.train.distributed).
 - Inside a search, the Tune trial's function is the Train run's driver (Ray's Train-in-Tune
   pattern, Train V2): it only waits, so it reserves DRIVER_CPUS; the workers hold the trial's
   cores (split evenly) and one GPU each. Every worker reports at every evaluation (Ray Train's
@@ -68,7 +68,7 @@ def fit(worker_fn: Callable[[dict], None], config: dict[str, Any], *, workers: i
 def _recipe_worker(config: dict[str, Any]):
     """One Ray Train worker of `train_on_workers`: the trainer on this worker's shard. Ray Train
     hands rank 0's return value back as the run's `return_value`."""
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
 
     return train(Recipe.model_validate_json(config["recipe"]), num_threads=config["threads"])
 

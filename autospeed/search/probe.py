@@ -35,8 +35,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from autospeed import tracking as t
-from autospeed.live import probe_line
+from autospeed.track import layout as t
+from autospeed.show.live import probe_line
 from autospeed.space import Param, SearchSpec
 
 MATHS_NEUTRAL = ("compile", "channels_last", "cudnn_benchmark", "data_loader", "num_workers", "pin_memory",
@@ -127,7 +127,7 @@ def configurations(spec: SearchSpec, max_configs: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- one configuration (runs in a Ray task)
 def probe_config(spec_json: str, config: dict[str, Any], threads: int) -> list[dict[str, Any]]:
     """Probe one systems configuration at every batch size of the space; one dict per batch size."""
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
 
     spec = SearchSpec.model_validate_json(spec_json)
     workload = _probe_workload(spec)
@@ -177,7 +177,7 @@ def _probe_workload(spec: SearchSpec):
 def _probe_recipe(spec: SearchSpec, config: dict[str, Any], batch_size: int, workload):
     """The search's recipe with this configuration and batch size, run for warmup + steps optimizer steps
     with an evaluation after each (to read the clock) and a target it cannot meet (only steps end it)."""
-    from autospeed.data import dataset_length
+    from autospeed.train.data import dataset_length
     from autospeed.recipe import Target
 
     n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)

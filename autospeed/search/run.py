@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autospeed import runs
-from autospeed import tracking as t
+from autospeed.track import runs
+from autospeed.track import layout as t
 from autospeed.errors import UserError
 from autospeed.outcome import Status
 from autospeed.search import _ray
@@ -220,7 +220,7 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
 
 
 def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent_id: str) -> Path:
-    from autospeed.export import best_recipe_yaml
+    from autospeed.track.export import best_recipe_yaml
 
     text, _ = best_recipe_yaml(client, name, search_id)  # this search's, not a same-named one's
     path = write_atomic(search_dir.best_yaml, text)

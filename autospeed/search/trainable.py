@@ -14,7 +14,7 @@ from typing import Any
 
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
-from autospeed.tracking import METRIC_NAMES
+from autospeed.track.layout import METRIC_NAMES
 from autospeed.space import SearchSpec
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
@@ -29,7 +29,7 @@ def node() -> str:
     """This trial's node: host name and Ray node id (`autospeed.env.node`)."""
     import ray
 
-    from autospeed.environment import node_name
+    from autospeed.train.environment import node_name
 
     return node_name(ray.get_runtime_context().get_node_id())
 
@@ -43,8 +43,8 @@ class TrialReports:
         self.first = True
 
     def evaluation(self, e) -> dict[str, Any]:
-        from autospeed.environment import environment
-        from autospeed.trainer import pick_device
+        from autospeed.train.environment import environment
+        from autospeed.train.trainer import pick_device
 
         # The first report says where the trial runs, so a trial ASHA stops records it too.
         env = {}
@@ -64,7 +64,7 @@ class TrialReports:
         }
 
     def final(self, r) -> dict[str, Any]:
-        from autospeed.batch import pin_micro_batch
+        from autospeed.train.batch import pin_micro_batch
 
         metric = self.recipe.resolved_target.metric
         return {
@@ -96,7 +96,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report(done)
         return
 
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
     from autospeed.workloads import load_workload_once
 
     where = node()
@@ -139,7 +139,7 @@ def _trial_worker(config: dict[str, Any]) -> None:
     import ray.train
 
     from autospeed.recipe import Recipe
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
 
     recipe = Recipe.model_validate_json(config["recipe"])
     reports = TrialReports(recipe, config["key"], node())

@@ -200,9 +200,9 @@ def test_ctrl_c_during_confirmation_keeps_the_search_and_resume_confirms(tmp_pat
 CTRL_C_DURING_WRITES = """
 import signal, sys
 import sqlalchemy
-from autospeed import tracking as t
+from autospeed.track import layout as t
 from autospeed.recipe import Recipe
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
 client = t.connect(sys.argv[1])

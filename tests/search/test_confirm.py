@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autospeed import tracking as t
+from autospeed.track import layout as t
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.search.confirm import Candidate, _decide, fresh_process_for
-from autospeed.train_process import LeanProcess, train_in_fresh_process
+from autospeed.train.process import LeanProcess, train_in_fresh_process
 
 REPEATS, TOP_K = 2, 1
 

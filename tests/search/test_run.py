@@ -252,7 +252,7 @@ def test_validate_reports_errors(tmp_path):
 
 def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_loss(tmp_path):
     """target: val_loss <= 0.2 (mode min) end to end: ranking, MLflow, confirmation, best.yaml, report."""
-    from autospeed.report import collect
+    from autospeed.show.report import collect
 
     space = yaml.safe_load(SMOKE.read_text())
     del space["target_accuracy"]

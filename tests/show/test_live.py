@@ -1,4 +1,4 @@
-"""What a person sees of a search and of `autospeed train` (autospeed.live).
+"""What a person sees of a search and of `autospeed train` (autospeed.show.live).
 
 Plain streams (CI, log files) are read line by line, as users grep them. Terminal
 output is fed to pyte, a terminal emulator, and the test reads the resulting screen:
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pyte
 import pytest
 
-from autospeed.live import SearchView, TrainProgress, format_duration, format_knobs
+from autospeed.show.live import SearchView, TrainProgress, format_duration, format_knobs
 from autospeed.recipe import Target
 
 KNOBS = {"batch_size": 32, "accumulation_steps": 1, "lr": 0.0792, "schedule": "cosine",
@@ -242,7 +242,7 @@ def test_a_loss_target_is_named_and_reached_downwards():
 
 
 def test_a_probed_configuration_is_one_line_with_speed_per_batch_size_and_ooms():
-    from autospeed.live import probe_line
+    from autospeed.show.live import probe_line
 
     line = probe_line(2, {"compile": "default", "channels_last": True}, [
         {"batch_size": 64, "status": "ok", "samples_per_second": 12345.6, "compile_seconds": 4.12},

@@ -17,7 +17,7 @@ through the `on_eval` callback; returning True from it stops the run (status
 `stopped_early`).
 
 A recipe with `workers: N > 1` runs in each of N processes of a torch.distributed group
-(autospeed.distributed; Ray Train starts them): the model trains under DDP on this worker's
+(autospeed.train.distributed; Ray Train starts them): the model trains under DDP on this worker's
 shard, rank 0 evaluates, and every worker sees the same evaluations and stops at the same step.
 """
 
@@ -26,105 +26,24 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch import nn
-from torch.nn import functional as F
-from torch.utils.checkpoint import checkpoint
 
-from autospeed.batch import as_trained, effective_batch, micro_batch_sizes
-from autospeed.data import Batches, ValBatches
-from autospeed.distributed import Replicas
-from autospeed.environment import PeakMemory, environment
-from autospeed.optimizers import build_optimizers, build_schedule
 from autospeed.outcome import Status, objective
 from autospeed.recipe import Recipe
+from autospeed.train.batch import as_trained, effective_batch, micro_batch_sizes
+from autospeed.train.data import Batches, ValBatches
+from autospeed.train.distributed import Replicas
+from autospeed.train.environment import PeakMemory, environment
+from autospeed.train.evaluate import EvaluationOutOfMemory, better, evaluate_once, is_oom
+from autospeed.train.optimizers import build_optimizers, build_schedule
+from autospeed.train.result import EvalEvent, TrainResult
+from autospeed.train.setup import (attention_backend, autocast_dtype, compile_mode, cross_entropy_loss, pick_device,
+                                   prepare_model, set_backend_knobs)
 from autospeed.workloads import Workload, load_workload
 
-
-@dataclass
-class EvalEvent:
-    """One evaluation, as sent to `on_eval`. Seconds are on the train clock."""
-
-    step: int  # optimizer steps so far
-    epoch: float
-    samples: int  # training samples seen so far
-    train_seconds: float
-    wall_seconds: float
-    metrics: dict[str, float]  # this evaluation: every metric the workload reports (val_accuracy, val_loss, ...)
-    value: float  # this evaluation's value of the target metric
-    best_value: float  # best value of the target metric so far, in its direction
-    train_loss: float  # mean over the steps since the previous evaluation
-    samples_per_second: float  # over the steps since the previous evaluation
-    reached: bool  # best_value meets the target
-    compile_seconds: float  # so far (all of it is in the first step)
-    peak_memory_mb: float | None  # so far (None where it cannot be measured per run)
-    objective: float  # the censored objective if the run ended now (outcome.objective)
-    best_metrics: dict[str, float] = field(default_factory=dict)  # best of each metric so far, in its direction
-
-    @property
-    def val_accuracy(self) -> float | None:
-        return self.metrics.get("val_accuracy")
-
-    @property
-    def best_val_accuracy(self) -> float | None:
-        return self.best_metrics.get("val_accuracy")
-
-    def flat(self) -> dict[str, float]:
-        """One history row: the scalars and every metric at the top level."""
-        row = {k: v for k, v in asdict(self).items() if k not in ("metrics", "best_metrics", "reached")}
-        return {**row, **self.metrics, **{f"best_{k}": v for k, v in self.best_metrics.items()}}
-
-
-@dataclass
-class TrainResult:
-    """The result object of DESIGN.md "Result of one training run"."""
-
-    status: Status
-    tta_seconds: float | None
-    target: dict[str, Any]  # {metric, mode, value}
-    best_value: float | None  # best value of the target metric, in its direction
-    best_metrics: dict[str, float]  # best of every metric the workload reports, each in its direction
-    objective: float  # the censored objective of this outcome (outcome.objective)
-    train_seconds: float
-    wall_seconds: float
-    compile_seconds: float
-    first_step_seconds: float
-    peak_memory_mb: float | None  # this run's peak (None where it cannot be measured per run)
-    samples_per_second: float
-    steps: int
-    epochs_done: float
-    evaluations: int
-    applied: dict[str, Any]
-    environment: dict[str, Any]
-    error: str | None = None
-    history: list[dict[str, float]] = field(default_factory=list)
-    # train-clock seconds of attempts that ran out of memory before the micro-batch that fit (in every time above)
-    micro_batch_retry_seconds: float = 0.0
-
-    @property
-    def best_val_accuracy(self) -> float | None:
-        return self.best_metrics.get("val_accuracy")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result object: the best of each metric as `best_<metric>` (best_val_accuracy, best_val_loss, ...)."""
-        out = {k: v for k, v in asdict(self).items() if k != "best_metrics"}
-        out.update({f"best_{k}": v for k, v in self.best_metrics.items()})
-        out["status"] = self.status.value
-        return out
-
-
-class _Checkpointed(nn.Module):
-    """Recompute this block's activations in the backward pass."""
-
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.inner, x, use_reentrant=False)
+__all__ = ["EvalEvent", "TrainResult", "compile_mode", "pick_device", "train"]
 
 
 class _Clock:
@@ -151,123 +70,6 @@ class _Clock:
     def peek(self) -> float:
         """Approximate running total without a sync (for the budget check each step)."""
         return self.total + (time.perf_counter() - self.started if self.started is not None else 0.0)
-
-
-def pick_device(recipe: Recipe) -> torch.device:
-    if recipe.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("recipe asks for device: cuda but no CUDA device is visible")
-    if recipe.device == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda")
-
-
-def _set_backend_knobs(recipe: Recipe, device: torch.device, applied: dict[str, Any]) -> None:
-    cuda = device.type == "cuda"
-    if cuda:
-        tf32 = recipe.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
-    applied["tf32"] = cuda and recipe.precision == "tf32"
-    applied["cudnn_benchmark"] = cuda and recipe.cudnn_benchmark
-
-
-def _autocast_dtype(precision: str) -> torch.dtype | None:
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-
-
-# Compile modes that capture CUDA graphs, and the same mode without them. CUDA graphs cannot accumulate
-# gradients over micro-batches: the first micro-batch's gradients are outputs of the backward graph, which
-# its next replay overwrites ("accessing tensor output of CUDAGraphs that has been overwritten by a
-# subsequent run", pytorch/pytorch#169545, seen on an H100 with torch 2.11). With accumulation on CUDA the
-# trainer compiles without CUDA graphs and records the mode it used in `applied["compile"]`.
-_WITHOUT_CUDA_GRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
-
-
-def compile_mode(recipe: Recipe, device: torch.device) -> str:
-    """The torch.compile mode the trainer uses for `recipe` on `device` ("none": eager)."""
-    if device.type == "cuda" and recipe.accumulation_steps > 1:
-        return _WITHOUT_CUDA_GRAPHS.get(recipe.compile, recipe.compile)
-    return recipe.compile
-
-
-def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: dict[str, Any],
-                  replicas: Replicas | None = None):
-    """Build the model with the knobs applied; return (model for training, model for eval).
-    With replicas the training model is under DDP (compiled around it, as torch recommends)."""
-    model = workload.build_model()
-    blocks = getattr(model, "checkpoint_blocks", None)
-    applied["activation_checkpointing"] = bool(recipe.activation_checkpointing and blocks is not None)
-    if applied["activation_checkpointing"]:
-        for name, block in list(blocks.named_children()):
-            setattr(blocks, name, _Checkpointed(block))
-    channels_last = recipe.channels_last and workload.images and device.type == "cuda"
-    model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
-    applied["channels_last"] = channels_last
-    mode = compile_mode(recipe, device)
-    parallel = model if replicas is None else replicas.wrap(model, device)
-    train_model = parallel if mode == "none" else torch.compile(parallel, mode=mode)
-    applied["compile"] = mode
-    # Evaluation runs the eager module (same parameters): off the train clock, and
-    # it spares the compiled graph a recompile for eval mode and odd batch sizes.
-    return train_model, model
-
-
-def cross_entropy_loss(label_smoothing: float) -> Callable[[nn.Module, Any], torch.Tensor]:
-    """The default loss: cross-entropy of model(x) against the class labels y."""
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-
-    def loss(model: nn.Module, batch) -> torch.Tensor:
-        x, y = batch
-        return loss_fn(model(x), y)
-
-    return loss
-
-
-def evaluate_classifier(model: nn.Module, batches) -> dict[str, float]:
-    """The default evaluation: top-1 `val_accuracy` and mean cross-entropy `val_loss` (nats per example)."""
-    correct = loss_sum = None
-    count = 0
-    for x, y in batches:
-        logits = model(x)
-        hits = (logits.argmax(1) == y).sum()
-        nats = F.cross_entropy(logits.float(), y, reduction="sum")
-        correct = hits if correct is None else correct + hits  # summed on the device: one sync at the end
-        loss_sum = nats if loss_sum is None else loss_sum + nats
-        count += len(y)
-    return {"val_accuracy": correct.item() / count, "val_loss": loss_sum.item() / count}
-
-
-_SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                  "math": "MATH"}
-
-
-def attention_backend(recipe: Recipe, device: torch.device, dtype: torch.dtype | None,
-                      applied: dict[str, Any]) -> Callable[[], Any]:
-    """A context factory that pins scaled_dot_product_attention to the recipe's backend.
-
-    A backend the device lacks (efficient or cudnn on a CPU, flash in fp32 on a GPU) is a
-    no-op recorded as `applied["attention"] = "auto"`: a tiny causal attention call under
-    `sdpa_kernel` decides, with the run's compute dtype.
-    """
-    applied["attention"] = "auto"
-    if recipe.attention == "auto":
-        return contextlib.nullcontext
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = getattr(SDPBackend, _SDPA_BACKENDS[recipe.attention])
-    q = torch.zeros(1, 2, 16, 16, device=device, dtype=dtype or torch.float32)
-    try:
-        with sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q, q, q, is_causal=True)
-    except RuntimeError:  # "No available kernel": this device or dtype has no such backend
-        return contextlib.nullcontext
-    applied["attention"] = recipe.attention
-    return lambda: sdpa_kernel(backend)
-
-
-def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
 def train(
@@ -325,7 +127,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
                                "warmup_fraction": 0.0 if recipe.schedule == "onecycle" else recipe.warmup_fraction,
                                # the default loss smooths labels; a workload's own loss decides for itself
                                "label_smoothing": recipe.label_smoothing if workload.loss is None else 0.0}
-    _set_backend_knobs(recipe, device, applied)
+    set_backend_knobs(recipe, device, applied)
     peak = PeakMemory(device)  # this run's peak only, also in a reused process
 
     state = {"status": Status.NOT_REACHED, "tta": None, "best": None, "best_metrics": {}, "step": 0, "samples": 0,
@@ -345,9 +147,9 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
     except Exception as e:  # every failure becomes a status the caller can act on
         if clock.started is not None:
             clock.stop()
-        state["status"] = Status.OOM if _is_oom(e) else Status.FAILED
+        state["status"] = Status.OOM if is_oom(e) else Status.FAILED
         state["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        retry_smaller = state["status"] == Status.OOM and not isinstance(e, _EvaluationOutOfMemory)
+        retry_smaller = state["status"] == Status.OOM and not isinstance(e, EvaluationOutOfMemory)
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -371,76 +173,26 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
     ), retry_smaller
 
 
-class _EvaluationOutOfMemory(RuntimeError):
-    """Out of memory in evaluation: a smaller training micro-batch would not help."""
-
-
-def _evaluate(workload: Workload, eval_model: nn.Module, val_batches, autocast, attention) -> dict[str, float]:
-    """Every metric the workload reports, in eval mode without gradients, off the train clock."""
-    evaluate = workload.evaluate or evaluate_classifier
-    was_training = eval_model.training
-    eval_model.eval()
-    try:
-        with torch.no_grad(), autocast(), attention():
-            values = {k: float(v) for k, v in dict(evaluate(eval_model, val_batches)).items()}
-    except Exception as e:
-        if _is_oom(e):
-            raise _EvaluationOutOfMemory(f"out of memory in evaluation: {e}") from e
-        raise
-    finally:
-        eval_model.train(was_training)
-    missing = [k for k in workload.metrics if k not in values]
-    if missing:
-        raise ValueError(f"workload {workload.name!r}: evaluate() returned {sorted(values)} but the workload's "
-                         f"metrics also name {missing}; return every metric it declares")
-    return values
-
-
-def _better(mode: str, a: float | None, b: float) -> float:
-    if a is None or not math.isfinite(a):
-        return b
-    if not math.isfinite(b):
-        return a
-    return max(a, b) if mode == "max" else min(a, b)
-
-
-def _evaluate_once(workload, eval_model, val_batches, autocast, attention, replicas) -> dict[str, float]:
-    """Every metric the workload reports: evaluated by rank 0 alone and handed to every worker (its
-    failure too), so all workers decide the same."""
-    if replicas is None:
-        return _evaluate(workload, eval_model, val_batches, autocast, attention)
-    values: dict[str, float] | Exception | None = None
-    if replicas.leader:
-        try:
-            values = _evaluate(workload, eval_model, val_batches, autocast, attention)
-        except Exception as e:  # the other workers must not wait for values that never come
-            values = e
-    values = replicas.from_leader(values)
-    if isinstance(values, Exception):
-        raise values
-    return values
-
-
 def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
                 clock, state, history, on_eval, wall_start, applied, peak, replicas=None) -> None:
     target = recipe.resolved_target
-    autocast_dtype = _autocast_dtype(recipe.precision)
+    dtype = autocast_dtype(recipe.precision)
     optimizers = build_optimizers(recipe, train_model, applied)
     total_steps = max(1, math.ceil(recipe.epochs * batches.steps_per_epoch))
     eval_every = max(1, round(recipe.eval_every_epochs * batches.steps_per_epoch))
     schedulers = [build_schedule(recipe, o, total_steps) for o in optimizers]
     scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
     loss_of = workload.loss or cross_entropy_loss(recipe.label_smoothing)
-    attention = attention_backend(recipe, device, autocast_dtype, applied)
+    attention = attention_backend(recipe, device, dtype, applied)
     augment = workload.augment
     k = recipe.accumulation_steps
     # The hot loop pays only for the knobs in use: no autocast context in fp32/tf32
     # and no loss division without accumulation (experiments/trainer_overhead.py).
-    if autocast_dtype is None:
+    if dtype is None:
         autocast = contextlib.nullcontext
     else:
         def autocast():
-            return torch.autocast(device.type, dtype=autocast_dtype)
+            return torch.autocast(device.type, dtype=dtype)
     pinned_attention = attention is not contextlib.nullcontext
     # Under DDP, micro-batches before the last of a step skip the gradient all-reduce (DDP's no_sync);
     # the last one averages the accumulated gradients over the workers.
@@ -503,14 +255,14 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
             train_seconds = clock.stop()
             summed = loss_sum if replicas is None else replicas.mean(loss_sum)  # the global batch's loss
             train_loss = summed.item() / (steps_since_eval * k)
-            values = _evaluate_once(workload, eval_model, val_batches, autocast, attention, replicas)
+            values = evaluate_once(workload, eval_model, val_batches, autocast, attention, replicas)
             if target.metric not in values:
                 raise ValueError(f"workload {workload.name!r}: evaluate() returned {sorted(values)}, not the "
                                  f"target metric '{target.metric}'")
             state["evals"] += 1
             for name, v in values.items():
                 m = workload.metrics.get(name)
-                state["best_metrics"][name] = _better(m.mode if m else "max", state["best_metrics"].get(name), v)
+                state["best_metrics"][name] = better(m.mode if m else "max", state["best_metrics"].get(name), v)
             state["best"] = state["best_metrics"][target.metric]
             reached = target.met(state["best"])
             interval = train_seconds - clock_at_last_eval

@@ -7,8 +7,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from autospeed import runs as res
-from autospeed import tracking as t
+from autospeed.track import runs as res
+from autospeed.track import layout as t
 from autospeed.errors import RunFailure
 from autospeed.recipe import Measured, load_recipe
 from autospeed.yamlio import write_atomic

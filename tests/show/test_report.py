@@ -1,4 +1,4 @@
-"""`autospeed report` (autospeed.report), on a store built here (the live view: tests/test_live.py).
+"""`autospeed report` (autospeed.show.report), on a store built here (the live view: tests/test_live.py).
 
 The store mimics a finished search (DESIGN.md "Tracking layout"): a parent run, child
 trial runs with per-evaluation metric histories, confirmation runs, and the Optuna
@@ -24,7 +24,7 @@ def _metric(key, value, step):
 def _child(client, exp_id, parent_id, trial_id, kind, status, baseline, history, tta=None, params=None):
     from mlflow.entities import RunStatus
 
-    from autospeed import tracking as t
+    from autospeed.track import layout as t
 
     run = client.create_run(exp_id, run_name=trial_id, tags={
         t.TAG_PARENT: parent_id, t.TAG_SEARCH_ID: "s1", t.TAG_TRIAL_ID: trial_id, t.TAG_KIND: kind,
@@ -49,7 +49,7 @@ def store(tmp_path):
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from autospeed import tracking as t
+    from autospeed.track import layout as t
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -109,8 +109,8 @@ def test_report_writes_a_self_contained_page_and_figures_and_logs_them(store, ru
 
 def test_the_baseline_trial_carried_into_confirmation_is_one_of_its_confirmation_samples(store):
     """confirm.py counts the baseline's own trial as its first confirmation sample (parent tag): the report too."""
-    from autospeed import tracking as t
-    from autospeed.report import collect
+    from autospeed.track import layout as t
+    from autospeed.show.report import collect
 
     base = next(c for c in collect(store.client, "demo").confirmed if c.baseline)
     assert sorted(base.ttas) == [5.8, 6.1]
@@ -144,12 +144,12 @@ def test_report_of_an_unknown_search_is_one_line_and_exit_1(store, run_cli):
 
 
 def test_curves_are_aligned_by_step(store):
-    from autospeed import report
-    from autospeed import runs as res
+    from autospeed.show import report
+    from autospeed.track import runs as res
 
     parent = res.find_parent(store.client, "demo")
     row = next(r for r in res.trial_rows(store.client, parent) if r.trial_id == "t_00001")
-    c = report.curve(store.client, row.run_id)
+    c = report.data.curve(store.client, row.run_id)
     assert c.train_seconds == [1.0, 2.0] and c.values == [0.7, 0.93]
 
 
@@ -158,8 +158,8 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
     attempt's evaluations stay in the metric history but not in the report's curve."""
     from mlflow.entities import Metric
 
-    from autospeed import report
-    from autospeed import tracking as t
+    from autospeed.show import report
+    from autospeed.track import layout as t
 
     rid = store.client.create_run(store.client.get_run(store.parent_id).info.experiment_id).info.run_id
     killed = [(10, 1.0, 0.5), (20, 2.0, 0.7), (30, 3.0, 0.8)]  # (step, train seconds, accuracy)
@@ -169,15 +169,15 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
         for i, (step, secs, acc) in enumerate(attempt):
             metrics += [Metric("train_seconds", secs, ms + i, step), Metric("val_accuracy", acc, ms + i, step)]
     t.log_batch(store.client, rid, metrics)
-    c = report.curve(store.client, rid)
+    c = report.data.curve(store.client, rid)
     assert c.train_seconds == [1.1, 2.1] and c.values == [0.55, 0.94]
 
 
 def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, run_cli):
     """DESIGN.md "Tracking layout": every run records its node; a search whose trials ran on
     more than one node (or device) says so, with a node column, in both tables."""
-    from autospeed import runs as res
-    from autospeed import tracking as t
+    from autospeed.track import runs as res
+    from autospeed.track import layout as t
 
     parent = res.find_parent(store.client, "demo")
     one, two = "host-a/" + "1" * 56, "host-a/" + "2" * 56  # one host, two Ray nodes
@@ -199,7 +199,7 @@ def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, ru
 
 def test_report_draws_the_probes_with_their_ooms(store):
     """Probe runs written by the probe stage's own writer: a figure of samples/s per systems configuration."""
-    from autospeed import report
+    from autospeed.show import report
     from autospeed.search.probe import OK, OOM, Probe, _log
 
     exp_id = store.client.get_run(store.parent_id).info.experiment_id
@@ -209,8 +209,8 @@ def test_report_draws_the_probes_with_their_ooms(store):
             probe = Probe(config, b, OOM) if sps is None else Probe(config, b, OK, sps, 0.0, 10.0)
             _log(store.client, exp_id, store.parent_id, "s1", i, probe)
 
-    d = report.collect(store.client, "demo", str(store.tmp / "results"))
-    out = report.write_report(store.client, "demo", store.tmp / "report", storage_path=str(store.tmp / "results"),
+    d = report.collect(store.client, "demo", store.tmp / "results" / "demo")
+    out = report.write_report(store.client, "demo", store.tmp / "report", searches=store.tmp / "results" / "demo",
                               log_to_mlflow=False)
 
     assert [(r.config, r.batch_size, r.oom) for r in d.probes] == [

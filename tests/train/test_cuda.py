@@ -13,7 +13,7 @@ from torch import nn
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
 pytestmark = [pytest.mark.cuda,

@@ -182,7 +182,7 @@ def test_lm_model_is_causal():
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_lm_learns_with_adamw_and_muon(optimizer):
     from autospeed.recipe import Recipe
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
 
     result = train(Recipe(workload="lm", workload_options=TINY_LM, optimizer=optimizer, lr=0.003, batch_size=16,
                           epochs=1, eval_every_epochs=1, target={"metric": "val_loss", "mode": "min", "value": 0.1}),

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autospeed import tracking as t
+from autospeed.track import layout as t
 from autospeed.errors import RunFailure
 from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio

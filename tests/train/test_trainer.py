@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from autospeed.recipe import Recipe
-from autospeed.trainer import EvalEvent, train
+from autospeed.train.trainer import EvalEvent, train
 from autospeed.workloads import load_workload
 
 # Digits with these settings reaches ~0.95 validation accuracy in 2-3 epochs, in well under a second.
@@ -155,7 +155,7 @@ def test_eager_run_reports_no_compile_time_but_a_first_step_time(digits):
 
 
 def test_muon_takes_the_hidden_weights_and_adamw_the_rest(digits):
-    from autospeed.optimizers import muon_split
+    from autospeed.train.optimizers import muon_split
 
     model = digits.build_model()
     hidden, rest = muon_split(model)
@@ -403,7 +403,7 @@ def test_tta_excludes_evaluation_time(write_plugin):
 ])
 def test_cuda_graph_modes_compile_without_cuda_graphs_when_accumulating(mode, accumulation, device, used):
     """CUDA graphs cannot accumulate gradients over micro-batches (pytorch/pytorch#169545, seen on an H100)."""
-    from autospeed.trainer import compile_mode
+    from autospeed.train.trainer import compile_mode
 
     assert compile_mode(recipe(compile=mode, accumulation_steps=accumulation), torch.device(device)) == used
 

@@ -6,7 +6,7 @@ import alembic.util
 import mlflow.store.db.utils as db_utils
 import pytest
 
-from autospeed import tracking
+from autospeed.track import layout as tracking
 from autospeed.errors import RunFailure
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autospeed.batch import as_trained, micro_batch_sizes, pin_micro_batch
+from autospeed.train.batch import as_trained, micro_batch_sizes, pin_micro_batch
 from autospeed.recipe import Recipe
 
 

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import Dataset, IterableDataset
 
 from autospeed.recipe import Recipe
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 from autospeed.workloads import Metric, Workload
 
 

@@ -32,7 +32,7 @@ def _ignore_ctrl_c() -> None:
 
 
 def _train_here(recipe: Recipe, threads: int | None):
-    from autospeed.trainer import train
+    from autospeed.train.trainer import train
     from autospeed.workloads import load_workload_once
 
     return train(recipe, load_workload_once(recipe.workload, recipe.workload_options), num_threads=threads)

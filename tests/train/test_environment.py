@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from autospeed.environment import PeakMemory
+from autospeed.train.environment import PeakMemory
 from autospeed.recipe import Recipe
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
 BIG_MB = 768

@@ -85,7 +85,7 @@ def experiment_path(tracking_uri: str, name: str | None) -> str:
     """The UI route (after the base URL) of a search's runs table, or of the experiment list."""
     if not name:
         return "/#/experiments?workflowType=machine_learning"
-    from autospeed import tracking
+    from autospeed.track import layout as tracking
 
     exp = tracking.connect(tracking_uri).get_experiment_by_name(name)
     if exp is None:
@@ -95,7 +95,7 @@ def experiment_path(tracking_uri: str, name: str | None) -> str:
 
 def serve(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, name: str | None = None) -> int:
     """Run the UI in the foreground until Ctrl-C. Returns the exit code."""
-    from autospeed.tracking import redact
+    from autospeed.track.layout import redact
 
     link = experiment_path(tracking_uri, name)
     proc, url = start(tracking_uri, host, port, log=None)  # the server's own log stays visible

@@ -23,7 +23,7 @@ import yaml
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).parent / "artifacts"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 90  # the React app's first render on a loaded CI machine
 
 HAVE_BROWSER = os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)
@@ -56,7 +56,7 @@ def searched(tmp_path_factory):
 
     from mlflow.tracking import MlflowClient
 
-    from autospeed import runs as res
+    from autospeed.track import runs as res
 
     client = MlflowClient(uri)
     parent = res.find_parent(client, "smoke")
@@ -69,7 +69,7 @@ def searched(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ui_url(searched):
     """`autospeed ui` on a free loopback port; its printed URL."""
-    from autospeed.ui import free_port
+    from autospeed.show.ui import free_port
 
     proc = subprocess.Popen([sys.executable, "-m", "autospeed", "ui", "--tracking-uri", searched["uri"],
                              "--port", str(free_port()), "--name", "smoke"], cwd=searched["tmp"],

@@ -1,4 +1,4 @@
-"""Data-parallel training (autospeed.distributed) in real torch.distributed process groups on CPU
+"""Data-parallel training (autospeed.train.distributed) in real torch.distributed process groups on CPU
 (gloo): N workers of micro-batch B make the same update as one worker of batch N x B."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from autospeed.recipe import Recipe
-from autospeed.trainer import train
+from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
 # The digits MLP has no batch-dependent layers; an impossible target makes every run go all its steps.

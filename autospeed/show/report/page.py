@@ -1,0 +1,104 @@
+"""The report's page: one self-contained report.html (figures embedded as data URIs: no network
+needed to view it)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from pathlib import Path
+
+from autospeed.show.report.data import SearchData
+from autospeed.show.report.figures import STATUS_COLOURS
+from autospeed.track import layout as t
+from autospeed.track import runs as res
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
+.cards{display:flex;gap:1em;flex-wrap:wrap}.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em}
+.card b{display:block;font-size:1.4em}table{border-collapse:collapse;font-size:.85em}
+td,th{border-bottom:1px solid #eee;padding:.25em .6em;text-align:left}figure{margin:1em 0}
+img{max-width:100%}figcaption{color:#555;font-size:.9em}.note{color:#8a6d00}.muted{color:#666}"""
+
+
+def _fmt(x: float | None, unit: str = "") -> str:
+    return "-" if x is None else f"{x:.2f}{unit}"
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
+    e = html.escape
+    summary = res.summary_metrics(d.rows)
+    m = d.parent.data.metrics
+    winner = d.winner
+    counts = ", ".join(f"{k.removeprefix('trials_')} {v}" for k, v in summary.items()
+                       if k.startswith("trials_") and k != "trials_total")
+    cards = [("best TTA (search, 1 run)", _fmt(summary[t.M_BEST_TTA], " s")),
+             ("baseline TTA (1 run)", _fmt(summary[t.M_BASELINE_TTA], " s")),
+             ("speed-up (search)", _fmt(summary[t.M_SPEEDUP], "x")),
+             ("trials", f"{summary['trials_total']}")]
+    if t.M_CONFIRM_MEDIAN in m:
+        cards += [("confirmed median TTA", _fmt(m.get(t.M_CONFIRM_MEDIAN), " s")),
+                  ("confirmed speed-up", _fmt(m.get(t.M_CONFIRM_SPEEDUP), "x"))]
+    env = d.environment
+    where = ", ".join(f"{k} {env[k]}" for k in ("device_name", "cpu_count", "torch", "cuda", "autospeed") if k in env)
+    placement = res.placement_note(d.rows)
+    if placement:
+        where += " (the best trial's)"
+    nodes, devices = res.placement(d.rows)
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>autospeed report: {e(d.name)}</title>",
+           f"<style>{_CSS}</style></head><body>",
+           f"<h1>autospeed report: {e(d.name)}</h1>",
+           f"<p class='muted'>search {e(d.search_id)} &middot; parent run {e(d.parent.info.run_id)} &middot; "
+           f"target {e(d.target_metric)} {'&ge;' if d.target_mode == 'max' else '&le;'} {e(str(d.target))} &middot; budget {e(str(d.max_train_seconds))} s per trial &middot; "
+           f"generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
+           f"<p class='muted'>TTA = train-clock seconds to the first evaluation that meets the target "
+           f"(evaluation off the clock). Measured on: {e(where or 'unknown')}.</p>",
+           *([f"<p class='note' id='placement'>Note: {e(placement)}.</p>"] if placement else []),
+           "<div class='cards'>" + "".join(f"<div class='card'>{e(k)}<b>{e(v)}</b></div>" for k, v in cards)
+           + "</div>",
+           f"<p>Trial outcomes: {e(counts or 'none')}.</p>"]
+    if winner is not None:
+        out.append(f"<p>Winner: <b>{e(d.label(winner))} (trial {e(winner.trial_id)})</b> with {e(winner.knobs())}.</p>")
+    else:
+        out.append("<p class='note'>No trial reached the target: raise budget.max_train_seconds or loosen "
+                   "the target and search again.</p>")
+    if d.confirmed:
+        out.append("<h2>Confirmation runs</h2><table><tr><th>recipe</th><th>median TTA s</th><th>min</th>"
+                   "<th>max</th><th>reached</th><th>vs baseline median</th></tr>")
+        base = next((c for c in d.confirmed if c.baseline), None)
+        for c in d.confirmed:
+            vs = base.median / c.median if base and base.median and c.median else None
+            out.append(f"<tr><td>{e(c.label)}</td><td>{_fmt(c.median)}</td>"
+                       f"<td>{_fmt(min(c.reached) if c.reached else None)}</td>"
+                       f"<td>{_fmt(max(c.reached) if c.reached else None)}</td>"
+                       f"<td>{len(c.reached)}/{len(c.ttas)}</td><td>{_fmt(vs, 'x')}</td></tr>")
+        out.append("</table>")
+    for key, (path, caption) in figures.items():
+        out.append(f"<h2>{e(caption.split(':')[0])}</h2><figure><img id='fig-{e(key)}' alt='{e(key)}' "
+                   f"src='{_data_uri(path)}'><figcaption>{e(caption)}</figcaption></figure>")
+    out.append("<h2>Leaderboard</h2><table><tr><th>#</th><th>MLflow run</th><th>trial id</th><th>status</th>"
+               f"<th>TTA s</th><th>best {e(d.target_metric)}</th><th>vs baseline</th>"
+               + ("<th>node</th>" if len(nodes) > 1 else "") + ("<th>device</th>" if len(devices) > 1 else "")
+               + "<th>knobs</th></tr>")
+    base_row = d.baseline
+    for i, r in enumerate(res.ranked(d.rows), 1):
+        sp = res.speedup(base_row, r)
+        out.append(f"<tr><td>{i}</td><td>{e(d.label(r))}</td><td>{e(r.trial_id)}</td>"
+                   f"<td style='color:{STATUS_COLOURS.get(r.status, '#777')}'>{e(r.status)}</td>"
+                   f"<td>{_fmt(r.tta_seconds if r.reached else None)}</td>"
+                   f"<td>{'-' if r.best_value is None else f'{r.best_value:.4f}'}</td>"
+                   f"<td>{_fmt(sp, 'x')}</td>"
+                   + (f"<td>{e(res.short_node(r.node) if r.node else '-')}</td>" if len(nodes) > 1 else "")
+                   + (f"<td>{e(r.device or '-')}</td>" if len(devices) > 1 else "")
+                   + f"<td>{e(r.knobs())}</td></tr>")
+    out.append("</table>")
+    for note in d.notes:
+        out.append(f"<p class='note'>Note: {e(note)}</p>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+

@@ -1,0 +1,14 @@
+"""Training one recipe, torch only (no Ray, Optuna or MLflow): what `autospeed train` runs and
+what every trial runs inside Ray.
+
+    trainer.py      train(): the train clock, the hot loop, out-of-memory retries
+    setup.py        device, backend knobs, model with its knobs (compile, channels_last, DDP), loss
+    evaluate.py     evaluation off the clock (rank 0 under data parallelism)
+    result.py       EvalEvent (one per evaluation) and TrainResult (the result object)
+    data.py         batches: device-resident tensors or a DataLoader
+    batch.py        effective batch, micro-batches, the LR rule
+    optimizers.py   optimizers (sgd, adamw, muon; impl) and LR schedules
+    distributed.py  torch.distributed replicas (DDP) for data-parallel runs
+    environment.py  what a number was measured on; peak memory
+    process.py      training in a fresh process (confirmation's production-like runs)
+"""
