@@ -1,0 +1,167 @@
+"""The documentation's commands run as printed: README.md and docs/*.md.
+
+Every shell command a user can run sits in a ```bash block (fragments that cannot run as written sit
+in ```text or ```yaml blocks). Here, in-process and without Ray:
+- every `autospeed ...` line of a bash block (also `python -m autospeed ...`, or after `VAR=value`
+  assignments) parses with the CLI's own argument parser;
+- every search-space file in search_spaces/ and every one a bash block names validates
+  (`autospeed validate --space FILE` exits 0);
+- every recipe a bash block trains from a repository folder exists and loads;
+- every relative link resolves to a file, and an anchor to a heading of that file.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from autospeed import cli
+from autospeed.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+SPACE_PATH = re.compile(r"search_spaces/[\w.-]+\.ya?ml")
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path.relative_to(ROOT)}:{line}"
+
+
+def bash_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, command) for each command of each ```bash block, continuation lines joined."""
+    found, in_bash, pending, start = [], False, "", 0
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            in_bash = not in_bash and stripped == "```bash"
+            pending = ""
+            continue
+        if not in_bash:
+            continue
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        found.append((start, pending + stripped))
+        pending = ""
+    return found
+
+
+def autospeed_args(command: str) -> list[str] | None:
+    """The arguments after `autospeed` (or `python -m autospeed`), or None for any other command."""
+    words = shlex.split(command, comments=True)
+    while words and ENV_ASSIGNMENT.match(words[0]):
+        words = words[1:]
+    if words[:1] == ["autospeed"]:
+        return words[1:]
+    if words[:3] == ["python", "-m", "autospeed"]:
+        return words[3:]
+    return None
+
+
+COMMANDS = [(path, number, command, args) for path in DOCS for number, command in bash_lines(path)
+            if (args := autospeed_args(command)) is not None]
+
+
+def test_the_docs_hold_autospeed_commands():
+    assert len(DOCS) > 1, "README.md and docs/*.md"
+    files = {path.name for path, *_ in COMMANDS}
+    assert "README.md" in files and len(COMMANDS) >= 10, files
+    # the README's own first block: install, test, the main job
+    first = [command for _, command in bash_lines(ROOT / "README.md")[:3]]
+    assert first[0].startswith('python -m pip install -e ".[dev]"') and first[1].startswith("python -m pytest -q")
+    assert first[2].startswith("autospeed search --space search_spaces/fast.yaml")
+
+
+@pytest.mark.parametrize("path, number, command, args", COMMANDS,
+                         ids=[_where(path, number) for path, number, *_ in COMMANDS])
+def test_autospeed_command_parses(path, number, command, args):
+    try:
+        cli.build_parser().parse_args(args)
+    except (UserError, SystemExit) as e:  # usage errors raise UserError; --help and the like SystemExit
+        pytest.fail(f"{_where(path, number)}: `{command}` does not parse: {e}")
+
+
+def _named_space_files() -> set[str]:
+    named = set()
+    for path in DOCS:
+        for number, command in bash_lines(path):
+            named.update(SPACE_PATH.findall(command))
+            args = autospeed_args(command)
+            if args and "--space" in args:
+                named.add(args[args.index("--space") + 1])
+    return named
+
+
+SPACE_FILES = sorted({str(p.relative_to(ROOT)) for p in (ROOT / "search_spaces").glob("*.yaml")}
+                     | _named_space_files())
+
+
+@pytest.mark.parametrize("space", SPACE_FILES)
+def test_space_file_validates(space, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert (ROOT / space).is_file(), f"a bash block names {space}, which does not exist"
+    code = cli.main(["validate", "--space", space])
+    out = capsys.readouterr()
+    assert code == 0, f"autospeed validate --space {space} exited {code}: {out.err}"
+    assert f"{space}: ok" in out.out
+
+
+def _repository_recipes() -> list[tuple[str, str]]:
+    """(where, path) of each `autospeed train --config PATH` whose PATH lies in a repository folder."""
+    found = []
+    for path in DOCS:
+        for number, command in bash_lines(path):
+            args = autospeed_args(command)
+            if args and args[:1] == ["train"] and "--config" in args:
+                config = Path(args[args.index("--config") + 1])
+                if len(config.parts) > 1 and (ROOT / config.parts[0]).is_dir():
+                    found.append((_where(path, number), str(config)))
+    return found
+
+
+@pytest.mark.parametrize("where, config", _repository_recipes())
+def test_recipe_in_the_repository_loads(where, config):
+    from autospeed.recipe import load_recipe
+
+    assert (ROOT / config).is_file(), f"{where}: {config} does not exist"
+    load_recipe(ROOT / config)
+
+
+# ---------------------------------------------------------------- links
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # links and images
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks and inline code (whose brackets are not links)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown file."""
+    anchors, seen = set(), {}
+    outside_code = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.DOTALL | re.MULTILINE)
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", outside_code, re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower()).replace(" ", "-")
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+LINKS = [(path, target) for path in DOCS for target in LINK.findall(_prose(path.read_text()))
+         if not re.match(r"^[a-z]+:", target)]  # not http:, https:, mailto:
+
+
+@pytest.mark.parametrize("path, target", LINKS, ids=[f"{p.name}: {t}" for p, t in LINKS])
+def test_relative_link_resolves(path, target):
+    file, _, anchor = target.partition("#")
+    resolved = (path.parent / file).resolve() if file else path
+    assert resolved.exists(), f"{path.relative_to(ROOT)}: link {target} points at nothing"
+    if anchor and resolved.suffix == ".md":
+        assert anchor in _anchors(resolved), f"{path.relative_to(ROOT)}: no heading #{anchor} in {file or path.name}"
