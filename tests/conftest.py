@@ -1,8 +1,9 @@
-"""Shared fixtures: a private dataset cache, a CLI runner, recipe and plugin writers."""
+"""Shared fixtures: a private dataset cache, fresh MLflow stores, a CLI runner, recipe and plugin writers."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,27 @@ def dataset_cache(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(CACHE_ENV, str(folder))
         yield folder
+
+
+@pytest.fixture(scope="session")
+def new_store(tmp_path_factory):
+    """new_store(folder) -> the tracking URI of a new, empty MLflow SQLite store at folder/mlflow.db.
+
+    MLflow creates a SQLite store's tables on first contact (about 2 s of schema migrations on 2
+    cores); the test run pays that once, here, and each store starts as a copy of that empty one:
+    what a user's second search on the same store finds. Tests of first contact itself (the
+    creation race, a store that cannot be created) use a path that does not exist yet instead."""
+    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments(max_results=1)
+
+    def make(folder: Path, name: str = "mlflow.db") -> str:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, folder / name)
+        return f"sqlite:///{folder / name}"
+
+    return make
 
 
 @pytest.fixture
@@ -58,3 +80,99 @@ def run_cli(tmp_path):
                               env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+# ---------------------------------------------------------------- one finished search per test run
+PROBE_PLUGIN = """
+import time
+
+import torch
+from torch import nn
+
+from autospeed.workloads import load_workload
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+    def forward(self, x):
+        if self.training and torch.backends.cuda.flash_sdp_enabled():  # attention not pinned to math: slow
+            time.sleep(0.5)
+        return self.net(x)
+
+
+def digits():
+    workload = load_workload("digits")
+    workload.build_model = Mlp
+    return workload
+"""
+
+SHARED_REPEATS, SHARED_TOP_K = 2, 1
+
+# The digits data with a small MLP (probe_plugin:digits) whose training forward pass sleeps 0.5 s
+# unless scaled_dot_product_attention is pinned to the math backend (attention: math; `auto` leaves
+# every backend on): a step takes about a millisecond without the sleep, so math is the faster
+# systems setting by a factor far beyond any timing noise, and the probe must fix it. Only the probe
+# of `auto` sleeps: the baseline and every trial run attention: math. The low end of the LR range
+# learns far too slowly: ASHA stops it. Epochs, not the clock, end a trial (the budget is far above
+# what 30 digits epochs take even on a loaded machine). Confirmation re-runs the best recipe and the
+# baseline (whose trial, trained to its end, is its first sample).
+SHARED_SPACE = {
+    "name": "shared", "workload": "probe_plugin:digits", "target_accuracy": 0.9,
+    "budget": {"trials": 6, "max_train_seconds": 120}, "asha": {"grace_seconds": 0.1, "reduction_factor": 2},
+    "sampler": {"seed": 0, "n_startup_trials": 3},
+    "confirm": {"top_k": SHARED_TOP_K, "repeats": SHARED_REPEATS},
+    "probe": {"warmup_steps": 1, "steps": 3}, "resources": {"gpus_per_trial": 0},
+    "baseline": {"batch_size": 32, "optimizer": "sgd", "lr": 0.05, "schedule": "constant", "precision": "fp32",
+                 "compile": "none", "attention": "math"},
+    "fixed": {"epochs": 30, "eval_every_epochs": 1},
+    "space": {"batch_size": {"choice": [32, 64]}, "lr": {"loguniform": [0.00001, 0.3]},
+              "schedule": {"choice": ["constant", "cosine"]}, "attention": {"choice": ["auto", "math"]}},
+}
+
+
+@pytest.fixture(scope="session")
+def probe_plugin() -> str:
+    """Source of probe_plugin.py: the digits workload with an MLP that is slow unless attention is math."""
+    return PROBE_PLUGIN
+
+
+class FinishedSearch:
+    """One real search (Ray, Optuna's TPE, ASHA, the probe, MLflow, confirmation, best.yaml) run through
+    the CLI as a user runs it; many tests read it and none changes what they read."""
+
+    def __init__(self, folder: Path, uri: str, proc: subprocess.CompletedProcess, env: dict[str, str]):
+        self.folder, self.uri, self.env = folder, uri, env
+        self.name, self.stdout = SHARED_SPACE["name"], proc.stdout
+        self.space, self.repeats, self.top_k = SHARED_SPACE, SHARED_REPEATS, SHARED_TOP_K
+
+    def runs(self, kind: str | None = None) -> list:
+        """MLflow runs of the search, of one `autospeed.kind` (search, trial, probe, confirm) or all."""
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.uri)
+        exp = client.get_experiment_by_name(self.name)
+        runs = client.search_runs([exp.experiment_id], max_results=1000)
+        return [r for r in runs if kind is None or r.data.tags.get("autospeed.kind") == kind]
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """`python -m autospeed ARGS` in the search's folder, with its plugin importable."""
+        return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=self.folder, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def finished_search(tmp_path_factory, new_store) -> FinishedSearch:
+    folder = tmp_path_factory.mktemp("finished-search")
+    (folder / "probe_plugin.py").write_text(PROBE_PLUGIN)
+    (folder / "space.yaml").write_text(yaml.safe_dump(SHARED_SPACE, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    uri = new_store(folder)
+    proc = subprocess.run([sys.executable, "-m", "autospeed", "search", "--space", "space.yaml", "--tracking-uri", uri,
+                           "--storage-path", str(folder / "runs")], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return FinishedSearch(folder, uri, proc, env)

@@ -1,14 +1,11 @@
-"""Confirmation runs end to end: a tiny CPU search with confirm repeats, its MLflow
-child runs, the exported `measured` section, and the environment warning of
+"""Confirmation runs end to end: the test run's finished search (tests/conftest.py), its MLflow
+confirmation child runs, the exported `measured` section, and the environment warning of
 `autospeed train` (DESIGN.md "Confirmation runs", "Exported recipe")."""
 
 from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -19,57 +16,26 @@ from autospeed.recipe import Recipe
 from autospeed.search.confirm import Candidate, _decide, fresh_process_for
 from autospeed.train.process import LeanProcess, train_in_fresh_process
 
-REPEATS, TOP_K = 2, 1
 
-SPACE = f"""
-name: confirm-test
-workload: digits
-target_accuracy: 0.9
-budget: {{trials: 3, max_train_seconds: 10}}
-asha: {{enabled: false}}  # every trial runs to the target: the test needs reached trials
-sampler: {{seed: 0, n_startup_trials: 2}}
-confirm: {{top_k: {TOP_K}, repeats: {REPEATS}}}
-resources: {{gpus_per_trial: 0}}
-baseline: {{batch_size: 32, optimizer: sgd, lr: 0.05, schedule: constant, precision: fp32, compile: none}}
-fixed: {{epochs: 30, eval_every_epochs: 1}}
-space:
-  batch_size: {{choice: [16, 32]}}
-  lr: {{loguniform: [0.05, 0.2]}}
-"""
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=cwd, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=600)
+REPEATS, TOP_K = 2, 1  # the shared search's confirm section (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def searched(tmp_path_factory):
-    """(folder, tracking uri, search stdout) of one finished search with confirmation runs."""
-    folder = tmp_path_factory.mktemp("confirm")
-    (folder / "space.yaml").write_text(SPACE)
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    proc = _cli("search", "--space", "space.yaml", "--tracking-uri", uri, "--storage-path", str(folder / "runs"),
-                cwd=folder)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return folder, uri, proc.stdout
-
-
-def _runs(uri: str, kind: str) -> list:
-    client = t.connect(uri)
-    exp = client.get_experiment_by_name("confirm-test")
-    return client.search_runs([exp.experiment_id], f"tags.`{t.TAG_KIND}` = '{kind}'")
+def searched(finished_search):
+    """The test run's finished search (tests/conftest.py): confirmation re-ran its best recipe and the
+    baseline, `repeats` times each, interleaved."""
+    assert (finished_search.repeats, finished_search.top_k) == (REPEATS, TOP_K)
+    return finished_search
 
 
 def test_confirm_runs_are_child_runs_interleaved(searched):
-    folder, uri, _ = searched
-    parent = _runs(uri, t.KIND_SEARCH)[0]
-    confirm = _runs(uri, t.KIND_CONFIRM)
+    parent = searched.runs(t.KIND_SEARCH)[0]
+    confirm = searched.runs(t.KIND_CONFIRM)
     # the baseline's trial is its first sample (it was not picked as the best of many): one run fewer
     assert len(confirm) == (TOP_K + 1) * REPEATS - 1
-    baseline_trial = next(r for r in _runs(uri, t.KIND_TRIAL) if r.data.tags[t.TAG_BASELINE] == "true")
+    baseline_trial = next(r for r in searched.runs(t.KIND_TRIAL) if r.data.tags[t.TAG_BASELINE] == "true")
     assert parent.data.tags[t.TAG_CONFIRM_CARRIED] == baseline_trial.data.tags[t.TAG_TRIAL_ID]
-    trial_ids = {r.data.tags[t.TAG_TRIAL_ID] for r in _runs(uri, t.KIND_TRIAL)}
+    trial_ids = {r.data.tags[t.TAG_TRIAL_ID] for r in searched.runs(t.KIND_TRIAL)}
     for run in confirm:
         tags = run.data.tags
         assert tags[t.TAG_PARENT] == parent.info.run_id
@@ -88,54 +54,48 @@ def test_confirm_runs_are_child_runs_interleaved(searched):
     assert [r.data.tags[t.TAG_BASELINE] for r in by_start][-1] == "true"
 
 
-def test_export_measured_has_confirmation(searched):
-    folder, uri, stdout = searched
-    assert "confirmed best" in stdout and "median TTA" in stdout
-    out = folder / "best.yaml"
-    proc = _cli("export", "--name", "confirm-test", "--tracking-uri", uri, "--out", str(out), cwd=folder)
+def test_export_measured_has_confirmation(searched, tmp_path):
+    assert "confirmed best" in searched.stdout and "median TTA" in searched.stdout
+    out = tmp_path / "best.yaml"
+    proc = searched.cli("export", "--name", searched.name, "--tracking-uri", searched.uri, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
     assert measured["confirmed"] is True and measured["repeats"] == REPEATS
     assert measured["speedup_ci_low"] <= measured["speedup_vs_baseline"] <= measured["speedup_ci_high"]
     assert measured["tta_seconds_min"] <= measured["tta_seconds_median"] <= measured["tta_seconds_max"]
     assert measured["baseline_tta_seconds_median"] > 0
-    baseline_ttas = [r.data.metrics[t.M_TTA] for r in _runs(uri, t.KIND_TRIAL) + _runs(uri, t.KIND_CONFIRM)
+    baseline_ttas = [r.data.metrics[t.M_TTA] for r in searched.runs(t.KIND_TRIAL) + searched.runs(t.KIND_CONFIRM)
                      if r.data.tags[t.TAG_BASELINE] == "true"]  # its trial's and its confirmation runs'
     assert len(baseline_ttas) == REPEATS
     assert measured["baseline_tta_seconds_median"] == pytest.approx(statistics.median(baseline_ttas))
     assert measured["speedup_vs_baseline"] == pytest.approx(
         measured["baseline_tta_seconds_median"] / measured["tta_seconds_median"])
-    parent = _runs(uri, t.KIND_SEARCH)[0]
+    parent = searched.runs(t.KIND_SEARCH)[0]
     assert measured["trial_id"] == parent.data.tags["autospeed.confirmed_best_trial"]
     assert measured["environment"]["device"] == "cpu"
 
 
 def test_the_search_writes_its_confirmed_best_recipe_itself(searched):
     """run_search owns the whole pipeline: best.yaml beside the search is the confirmed one."""
-    folder, uri, stdout = searched
-    (best,) = (folder / "runs" / "confirm-test").glob("*/best.yaml")
-    assert f"best recipe: {best}" in stdout
+    (best,) = (searched.folder / "runs" / searched.name).glob("*/best.yaml")
+    assert f"best recipe: {best}" in searched.stdout
     measured = yaml.safe_load(best.read_text())["measured"]
     assert measured["confirmed"] is True and measured["repeats"] == REPEATS
-    parent = _runs(uri, t.KIND_SEARCH)[0]
+    parent = searched.runs(t.KIND_SEARCH)[0]
     assert parent.info.status == "FINISHED" and parent.data.metrics[t.M_CONFIRM_REPEATS] == REPEATS
 
 
-def test_train_warns_when_measured_elsewhere(searched):
-    folder, uri, _ = searched
-    best = folder / "best.yaml"
-    if not best.exists():
-        assert _cli("export", "--name", "confirm-test", "--tracking-uri", uri, "--out", str(best),
-                    cwd=folder).returncode == 0
-    same = _cli("train", "--config", str(best), "--no-track", cwd=folder)
+def test_train_warns_when_measured_elsewhere(searched, tmp_path):
+    (best,) = (searched.folder / "runs" / searched.name).glob("*/best.yaml")
+    same = searched.cli("train", "--config", str(best), "--no-track")
     assert same.returncode == 0, same.stderr
     assert "measured elsewhere" not in same.stderr
 
     data = yaml.safe_load(best.read_text())
     data["measured"]["environment"]["device_name"] = "Imaginary Accelerator 9000"
-    moved = folder / "moved.yaml"
+    moved = tmp_path / "moved.yaml"
     moved.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = _cli("train", "--config", str(moved), "--no-track", cwd=folder)
+    proc = searched.cli("train", "--config", str(moved), "--no-track")
     assert proc.returncode == 0, proc.stderr
     assert "warning" in proc.stderr and "measured elsewhere" in proc.stderr
     assert "device_name: Imaginary Accelerator 9000 ->" in proc.stderr

@@ -1,10 +1,10 @@
 """The probe stage (search/probe.py) and micro-batching in a search, against real Ray, Optuna and MLflow.
 
-The plugin's model sleeps 0.5 s in every training forward pass unless scaled_dot_product_attention is
-pinned to the math backend (attention: math; `auto` leaves every backend on): a step of its small MLP
-takes about a millisecond without the sleep (and under 0.1 s on a 2-core machine loaded 5-fold), so
-math is the faster systems setting by a factor far beyond any timing noise. Only the probe of `auto`
-sleeps (4 steps at 2 batch sizes): the baseline and every trial run attention: math.
+The probe's end-to-end checks read the test run's finished search (tests/conftest.py): its plugin's
+model (probe_plugin) sleeps 0.5 s in every training forward pass unless scaled_dot_product_attention
+is pinned to the math backend (attention: math; `auto` leaves every backend on): a step of its small
+MLP takes about a millisecond without the sleep (and under 0.1 s on a 2-core machine loaded 5-fold),
+so math is the faster systems setting by a factor far beyond any timing noise.
 """
 
 from __future__ import annotations
@@ -20,35 +20,8 @@ from autospeed.space import spec_from_dict
 
 from .test_run import autospeed, runs_of
 
-PLUGIN = """
-import time
-
-import torch
-from torch import nn
-
-from autospeed.workloads import load_workload
-
-
-class Mlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-
-    def forward(self, x):
-        if self.training and torch.backends.cuda.flash_sdp_enabled():  # attention not pinned to math: slow
-            time.sleep(0.5)
-        return self.net(x)
-
-
-def digits():
-    workload = load_workload("digits")
-    workload.build_model = Mlp
-    return workload
-"""
-
-
-def search(folder: Path, space: dict) -> tuple:
-    (folder / "probe_plugin.py").write_text(PLUGIN)
+def search(folder: Path, space: dict, plugin: str) -> tuple:
+    (folder / "probe_plugin.py").write_text(plugin)
     path = folder / "space.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
@@ -63,29 +36,18 @@ BASE = {"workload": "probe_plugin:digits", "target_accuracy": 0.9, "asha": {"ena
         "resources": {"gpus_per_trial": 0}, "fixed": {"epochs": 30, "eval_every_epochs": 1}}
 
 
-@pytest.fixture(scope="module")
-def probed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("probed")
-    space = {"name": "probed", **BASE, "budget": {"trials": 3, "max_train_seconds": 60},
-             "probe": {"warmup_steps": 1, "steps": 3},
-             "baseline": {"batch_size": 32, "lr": 0.1, "attention": "math"},
-             "space": {"batch_size": {"choice": [32, 64]}, "attention": {"choice": ["auto", "math"]},
-                       "lr": {"loguniform": [0.05, 0.3]}}}
-    return search(folder, space)
-
-
-def test_the_probe_fixes_a_maths_neutral_knob_at_its_fastest_value(probed):
-    proc, runs = probed
-    trials = [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"]
-    assert len(trials) == 3
+def test_the_probe_fixes_a_maths_neutral_knob_at_its_fastest_value(finished_search):
+    """The shared search's space (tests/conftest.py) offers attention auto and math; its plugin's model
+    sleeps in training unless attention is pinned to math."""
+    trials = finished_search.runs("trial")
+    assert len(trials) == 6
     assert {r.data.params["attention"] for r in trials} == {"math"}  # every trial, never the slow `auto`
-    assert "probe fixed: attention=math" in proc.stdout
+    assert "probe fixed: attention=math" in finished_search.stdout
 
 
-def test_probes_are_child_runs_of_kind_probe_with_their_measurements(probed):
-    _, runs = probed
-    parent = next(r for r in runs if r.data.tags.get("autospeed.kind") == "search")
-    probes = [r for r in runs if r.data.tags.get("autospeed.kind") == "probe"]
+def test_probes_are_child_runs_of_kind_probe_with_their_measurements(finished_search):
+    parent = finished_search.runs("search")[0]
+    probes = finished_search.runs("probe")
     # two systems configurations (attention auto, math) at each batch size of the space
     assert sorted((r.data.params["attention"], r.data.params["batch_size"]) for r in probes) == [
         ("auto", "32"), ("auto", "64"), ("math", "32"), ("math", "64")]
@@ -100,7 +62,7 @@ def test_probes_are_child_runs_of_kind_probe_with_their_measurements(probed):
 
 
 @pytest.fixture(scope="module")
-def micro_batched(tmp_path_factory):
+def micro_batched(tmp_path_factory, probe_plugin):
     """Room for 64 samples per pass; the space's only batch size is 128; the probe is off."""
     folder = tmp_path_factory.mktemp("micro")
     space = {"name": "micro", **BASE, "workload_options": {"max_micro_batch": 64},
@@ -109,7 +71,7 @@ def micro_batched(tmp_path_factory):
              "baseline": {"batch_size": 32, "lr": 0.00001, "attention": "math", "epochs": 2},
              "fixed": {**BASE["fixed"], "attention": "math", "micro_batch_size": "auto"},
              "space": {"batch_size": {"choice": [128]}, "lr": {"loguniform": [0.1, 0.3]}}}
-    proc, runs = search(folder, space)
+    proc, runs = search(folder, space, probe_plugin)
     return folder, proc, runs
 
 
@@ -122,6 +84,20 @@ def test_batches_that_do_not_fit_train_micro_batched_and_export_the_micro_batch(
     assert trial.data.tags["autospeed.applied.accumulation_steps"] == "2"
     best = yaml.safe_load(next((folder / "runs" / "micro").glob("*/best.yaml")).read_text())
     assert best["batch_size"] == 128 and best["micro_batch_size"] == 64
+
+
+def test_an_unconfirmed_export_is_one_search_measurement_never_a_median(micro_batched):
+    """No confirmation runs (repeats 0): the one search measurement is not dressed as a median."""
+    folder, _, _ = micro_batched
+    out = folder / "exported.yaml"
+    proc = autospeed("export", "--name", "micro", "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
+                     "--out", str(out), cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    m = yaml.safe_load(out.read_text())["measured"]
+    assert m["confirmed"] is False and m["tta_seconds"] > 0
+    assert not {"tta_seconds_median", "tta_seconds_min", "tta_seconds_max", "repeats",
+                "baseline_tta_seconds_median", "speedup_vs_baseline"} & set(m)
+    assert "unconfirmed" in out.read_text().splitlines()[1]
 
 
 def test_with_the_probe_off_no_probe_runs(micro_batched):

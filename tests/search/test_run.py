@@ -41,29 +41,8 @@ def runs_of(folder: Path, name: str):
     return client.search_runs([exp.experiment_id], max_results=1000)
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    """One real smoke search whose space makes ASHA stop the slow learners.
-
-    Epochs, not the clock, end a trial (the budget is far above what 30 digits epochs take even
-    on a loaded machine), so which trials reach the target does not depend on the machine's speed."""
-    folder = tmp_path_factory.mktemp("smoke")
-    space = write_space(
-        folder, name="smoke-test", budget={"trials": 6, "max_train_seconds": 120},
-        asha={"grace_seconds": 0.1, "reduction_factor": 2},
-        space={"batch_size": {"choice": [32, 64]},
-               "lr": {"loguniform": [0.00001, 0.3]},  # the low end learns far too slowly: ASHA stops it
-               "schedule": {"choice": ["constant", "cosine"]}},
-    )
-    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
-                     "--storage-path", str(folder / "runs"), cwd=folder)
-    assert proc.returncode == 0, proc.stderr
-    return folder, proc
-
-
-def test_search_logs_parent_and_one_child_per_trial(smoke):
-    folder, proc = smoke
-    runs = runs_of(folder, "smoke-test")
+def test_search_logs_parent_and_one_child_per_trial(finished_search):
+    runs = finished_search.runs()
     parents = [r for r in runs if r.data.tags.get("autospeed.kind") == "search"]
     trials = [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"]
     assert len(parents) == 1
@@ -91,36 +70,33 @@ def test_search_logs_parent_and_one_child_per_trial(smoke):
     # The baseline is trial 0 with the file's baseline recipe.
     baseline = [r for r in trials if r.data.tags["autospeed.baseline"] == "true"]
     assert len(baseline) == 1
-    assert baseline[0].data.params["batch_size"] == "16" and baseline[0].data.params["lr"] == "0.01"
+    assert baseline[0].data.params["batch_size"] == "32" and baseline[0].data.params["lr"] == "0.05"
     assert min(trials, key=lambda r: r.info.start_time) is baseline[0]
     # Parent metrics and the leaderboard the user sees.
     assert parent.data.metrics["trials_total"] == 6
     assert "best_tta_seconds" in parent.data.metrics
-    assert "baseline" in proc.stdout and "best recipe:" in proc.stdout and "mlflow ui" in proc.stdout
+    stdout = finished_search.stdout
+    assert "baseline" in stdout and "best recipe:" in stdout and "mlflow ui" in stdout
 
 
-def test_asha_stops_a_slow_learner(smoke):
-    folder, _ = smoke
-    statuses = [r.data.tags["autospeed.status"] for r in runs_of(folder, "smoke-test")
-                if r.data.tags.get("autospeed.kind") == "trial"]
+def test_asha_stops_a_slow_learner(finished_search):
+    statuses = [r.data.tags["autospeed.status"] for r in finished_search.runs("trial")]
     assert "stopped_early" in statuses
 
 
-def test_logged_objectives_put_every_reached_trial_before_the_rest(smoke):
-    folder, _ = smoke
-    trials = [r for r in runs_of(folder, "smoke-test") if r.data.tags.get("autospeed.kind") == "trial"]
+def test_logged_objectives_put_every_reached_trial_before_the_rest(finished_search):
+    trials = finished_search.runs("trial")
     done = [r.data.metrics["objective"] for r in trials if r.data.tags["autospeed.status"] == "reached"]
     rest = [r.data.metrics["objective"] for r in trials if r.data.tags["autospeed.status"] != "reached"]
-    assert done and rest  # the smoke space has both (ASHA stops the slow learners)
+    assert done and rest  # the shared space has both (ASHA stops the slow learners)
     assert max(done) < min(rest)
 
 
-def test_optuna_study_is_readable(smoke):
+def test_optuna_study_is_readable(finished_search):
     import optuna
 
-    folder, _ = smoke
-    (db,) = (folder / "runs" / "smoke-test").glob("*/optuna.db")
-    study = optuna.load_study(study_name="smoke-test", storage=f"sqlite:///{db}")
+    (db,) = (finished_search.folder / "runs" / finished_search.name).glob("*/optuna.db")
+    study = optuna.load_study(study_name=finished_search.name, storage=f"sqlite:///{db}")
     finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(study.trials) == 6 and len(finished) == 6
     assert study.trials[0].user_attrs.get("baseline") is True
@@ -128,25 +104,19 @@ def test_optuna_study_is_readable(smoke):
     assert study.best_value > 0
 
 
-def test_export_then_train_round_trips(smoke):
-    folder, _ = smoke
-    out = folder / "best.yaml"
-    proc = autospeed("export", "--name", "smoke-test", "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
-                     "--out", str(out), cwd=folder)
+def test_export_then_train_round_trips(finished_search, tmp_path):
+    out = tmp_path / "best.yaml"
+    proc = finished_search.cli("export", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
+                               "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     best = yaml.safe_load(out.read_text())
     m = best["measured"]
-    assert m["search_name"] == "smoke-test" and m["tta_seconds"] > 0
-    # No confirmation runs (smoke: repeats 0): the one search measurement is not dressed as a median.
-    assert m["confirmed"] is False
-    assert not {"tta_seconds_median", "tta_seconds_min", "tta_seconds_max", "repeats",
-                "baseline_tta_seconds_median", "speedup_vs_baseline"} & set(m)
-    assert "unconfirmed" in out.read_text().splitlines()[1]
+    assert m["search_name"] == finished_search.name and m["tta_seconds"] > 0
     assert m["environment"]["device"] == "cpu"
-    trial = next(r for r in runs_of(folder, "smoke-test") if r.data.tags.get("autospeed.trial_id") == m["trial_id"])
+    trial = next(r for r in finished_search.runs("trial") if r.data.tags.get("autospeed.trial_id") == m["trial_id"])
     assert trial.data.tags["autospeed.status"] == "reached"
     assert float(trial.data.params["lr"]) == pytest.approx(best["lr"])
-    proc = autospeed("train", "--config", str(out), "--no-track", "--json", cwd=folder)
+    proc = finished_search.cli("train", "--config", str(out), "--no-track", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] in ("reached", "not_reached")
