@@ -85,6 +85,16 @@ def train_on_workers(recipe: Recipe, cpus: float | None = None, gpus: bool | Non
 
     started = not ray.is_initialized()
     if started:
+        # A local Ray sees this machine's cores and GPUs: a recipe that cannot be placed is refused
+        # before Ray starts (seconds on a small machine), as bad input should be.
+        import torch
+
+        local_gpus = torch.cuda.device_count()
+        problem = placement_problem(recipe.workers, cpus or os.cpu_count() or 1,
+                                    int(gpus if gpus is not None else recipe.device != "cpu" and local_gpus > 0),
+                                    local_gpus)
+        if problem:
+            raise UserError(f"key 'workers': {problem}")
         _ray.quiet_ray()
         _ray.start_ray(None, verbose=False)
     storage = tempfile.mkdtemp(prefix="autospeed-train-")  # Ray Train's run state; nothing of it is kept

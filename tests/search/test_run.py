@@ -123,34 +123,51 @@ def test_export_then_train_round_trips(finished_search, tmp_path):
     assert result["applied"]["device"] == "cpu"
 
 
-def test_export_without_a_reached_trial_exits_1(tmp_path):
-    space = write_space(tmp_path, name="hopeless", target_accuracy=1.0,
-                        budget={"trials": 2, "max_train_seconds": 0.3})
-    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                     "--storage-path", str(tmp_path / "runs"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "no trial reached the target" in proc.stdout
-    proc = autospeed("export", "--name", "hopeless", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                     "--out", str(tmp_path / "best.yaml"), cwd=tmp_path)
-    assert proc.returncode == 1
-    assert "no trial that reached" in proc.stderr
-    assert not (tmp_path / "best.yaml").exists()
+@pytest.fixture(scope="module")
+def extended(tmp_path_factory, new_store):
+    """A six-trial search that reaches nothing (target 1.0, 0.3 s of train clock per trial) over a space
+    of two recipes, so the random sampler proposes some recipe twice; its export; then `--resume
+    --trials 4` (refused) and `--resume --trials 10` (extended). What each step printed, and the trial
+    runs as they stood after the first search, are kept for the tests."""
+    folder = tmp_path_factory.mktemp("extend")
+    space = write_space(folder, name="extend", target_accuracy=1.0, budget={"trials": 6, "max_train_seconds": 0.3},
+                        asha={"grace_seconds": 0.1, "reduction_factor": 2}, sampler={"kind": "random", "seed": 0},
+                        probe={"enabled": False}, space={"batch_size": {"choice": [32, 64]}},
+                        fixed={"epochs": 30, "eval_every_epochs": 1})
+    uri = new_store(folder)
+    args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(folder / "runs")]
+    steps = {"first": autospeed(*args, cwd=folder)}
+    assert steps["first"].returncode == 0, steps["first"].stderr
+    client = client_for(folder)
+
+    def fingerprint(run):  # a trial trained again would end later and log its evaluations again
+        return run.info.end_time, len(client.get_metric_history(run.info.run_id, "val_accuracy"))
+
+    before = {r.info.run_id: fingerprint(r) for r in runs_of(folder, "extend")
+              if r.data.tags["autospeed.kind"] == "trial"}
+    steps["export"] = autospeed("export", "--name", "extend", "--tracking-uri", uri, "--out",
+                                str(folder / "best.yaml"), cwd=folder)
+    steps["shrink"] = autospeed(*args, "--resume", "--trials", "4", cwd=folder)
+    steps["second"] = autospeed(*args, "--resume", "--trials", "10", cwd=folder)
+    return {"folder": folder, "client": client, "before": before, "fingerprint": fingerprint, **steps}
 
 
-def test_a_repeated_recipe_takes_the_first_result_without_training_again(tmp_path):
-    # Two recipes and six trials: the sampler must propose some recipe twice.
-    space = write_space(tmp_path, name="repeats", budget={"trials": 6, "max_train_seconds": 3},
-                        sampler={"kind": "random", "seed": 0},
-                        space={"batch_size": {"choice": [32, 64]}}, fixed={"epochs": 30, "eval_every_epochs": 1})
-    proc = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                     "--storage-path", str(tmp_path / "runs"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    client = client_for(tmp_path)
-    trials = [r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "trial"]
-    assert len(trials) == 6
+def test_a_search_that_reaches_nothing_says_so_and_its_export_exits_1(extended):
+    assert "no trial reached the target" in extended["first"].stdout
+    export = extended["export"]
+    assert export.returncode == 1
+    assert "no trial that reached" in export.stderr
+    assert not (extended["folder"] / "best.yaml").exists()
+
+
+def test_a_repeated_recipe_takes_the_first_result_without_training_again(extended):
+    # Two recipes and ten trials: the sampler proposed some recipe twice.
+    folder, client = extended["folder"], extended["client"]
+    trials = [r for r in runs_of(folder, "extend") if r.data.tags["autospeed.kind"] == "trial"]
+    assert len(trials) == 10
     by_id = {r.data.tags["autospeed.trial_id"]: r for r in trials}
     repeats = [r for r in trials if "autospeed.duplicate_of" in r.data.tags]
-    assert len(repeats) >= 3  # baseline (16) + at most one first run each of 32 and 64
+    assert len(repeats) >= 7  # baseline (16) + at most one first run each of 32 and 64
     for r in repeats:
         first = by_id[r.data.tags["autospeed.duplicate_of"]]
         assert "autospeed.duplicate_of" not in first.data.tags
@@ -158,49 +175,34 @@ def test_a_repeated_recipe_takes_the_first_result_without_training_again(tmp_pat
         assert r.data.tags["autospeed.status"] == first.data.tags["autospeed.status"]
         assert r.data.metrics["objective"] == first.data.metrics["objective"]
         assert client.get_metric_history(r.info.run_id, "val_accuracy") == []  # not trained again
-    parent = next(r for r in runs_of(tmp_path, "repeats") if r.data.tags["autospeed.kind"] == "search")
+    parent = next(r for r in runs_of(folder, "extend") if r.data.tags["autospeed.kind"] == "search")
     assert parent.data.metrics["trials_duplicate"] == len(repeats)
-    assert parent.data.metrics["trials_total"] == 6
+    assert parent.data.metrics["trials_total"] == 10
 
 
-def test_resume_with_more_trials_extends_a_finished_search(tmp_path):
+def test_resume_with_more_trials_extends_a_finished_search(extended):
     """`--resume --trials N` above the search's count: the same parent run, Optuna study and ASHA go
     on to N trials; the finished trials are not trained again; a smaller N is refused."""
     import optuna
 
-    space = write_space(tmp_path, name="extend", budget={"trials": 6, "max_train_seconds": 0.3},
-                        asha={"grace_seconds": 0.1, "reduction_factor": 2})
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(tmp_path / "runs")]
-    first = autospeed(*args, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    client = client_for(tmp_path)
-
-    def trial_runs():
-        return [r for r in runs_of(tmp_path, "extend") if r.data.tags["autospeed.kind"] == "trial"]
-
-    def fingerprint(run):  # a trial trained again would end later and log its evaluations again
-        return run.info.end_time, len(client.get_metric_history(run.info.run_id, "val_accuracy"))
-
-    before = {r.info.run_id: fingerprint(r) for r in trial_runs()}
+    folder, before, fingerprint = extended["folder"], extended["before"], extended["fingerprint"]
     assert len(before) == 6
-
-    shrink = autospeed(*args, "--resume", "--trials", "4", cwd=tmp_path)
+    shrink = extended["shrink"]
     assert shrink.returncode == 2 and "never shrinks" in shrink.stderr and "Traceback" not in shrink.stderr
 
-    second = autospeed(*args, "--resume", "--trials", "10", cwd=tmp_path)
+    second = extended["second"]
     assert second.returncode == 0, second.stderr
     assert "10 trials" in second.stdout
-    trials = trial_runs()
+    trials = [r for r in runs_of(folder, "extend") if r.data.tags["autospeed.kind"] == "trial"]
     assert len(trials) == 10 and len({r.data.tags["autospeed.trial_id"] for r in trials}) == 10
     assert all(r.info.status in ("FINISHED", "FAILED") for r in trials)
     assert {r.info.run_id: fingerprint(r) for r in trials if r.info.run_id in before} == before
     names = [r.info.run_name for r in trials]
     assert len(set(names)) == 10, names  # the new trials' runs are named on from the old ones
-    parents = [r for r in runs_of(tmp_path, "extend") if r.data.tags["autospeed.kind"] == "search"]
+    parents = [r for r in runs_of(folder, "extend") if r.data.tags["autospeed.kind"] == "search"]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].data.tags["autospeed.trials"] == "10" and parents[0].data.metrics["trials_total"] == 10
-    (db,) = (tmp_path / "runs" / "extend").glob("*/optuna.db")
+    (db,) = (folder / "runs" / "extend").glob("*/optuna.db")
     study = optuna.load_study(study_name="extend", storage=f"sqlite:///{db}")
     assert [t.number for t in study.trials] == list(range(10))  # one study: the new trials follow the old
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
@@ -220,7 +222,7 @@ def test_validate_reports_errors(tmp_path):
     assert ok.returncode == 0 and "ok" in ok.stdout
 
 
-def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_loss(tmp_path):
+def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_loss(tmp_path, new_store):
     """target: val_loss <= 0.2 (mode min) end to end: ranking, MLflow, confirmation, best.yaml, report."""
     from autospeed.show.report import collect
 
@@ -232,10 +234,11 @@ def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_lo
                  # target is test_tuner's test_asha_on_a_loss_target_stops_the_trial_with_the_higher_loss.
                  budget={"trials": 4, "max_train_seconds": 120}, asha={"enabled": False},
                  confirm={"top_k": 1, "repeats": 1}, fixed={"epochs": 20, "eval_every_epochs": 1},
+                 probe={"enabled": False},  # nothing maths-neutral to decide; the probe is test_probe's
                  space={"lr": {"loguniform": [0.02, 0.3]}, "batch_size": {"choice": [32, 64]}})
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     proc = autospeed("search", "--space", str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "runs"),
                      cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
