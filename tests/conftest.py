@@ -71,6 +71,29 @@ def write_plugin(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def cli_main(tmp_path, capsys, monkeypatch):
+    """cli_main(*args) -> (exit code, stdout, stderr) of the command's main() run in this process, in
+    tmp_path: the code `autospeed ARGS` runs, less a Python start-up per case (about 3 s on 2 cores),
+    for cases that end before anything trains. The command itself, its fast exit and its piped output
+    are tests/test_cli.py's."""
+    from autospeed import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            code = cli.main(list(args))
+        except SystemExit as e:  # argparse's usage errors and --help exit themselves
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
 def run_cli(tmp_path):
     """run_cli(*args, cwd=tmp_path, env=None) -> CompletedProcess of `python -m autospeed ARGS`."""
 
