@@ -33,28 +33,36 @@ def _trained(recipe: Recipe) -> tuple[dict, list[torch.Tensor]]:
     return result.to_dict(), [p.detach().clone() for p in built[0].parameters()]
 
 
-def _worker(rank: int, world_size: int, rendezvous: str, recipe_json: str, out: str) -> None:
-    """One worker of a gloo process group, as Ray Train sets it up; saves what it trained."""
+def _worker(rank: int, world_size: int, rendezvous: str, recipes_json: list[str], out: str) -> None:
+    """One worker of a gloo process group, as Ray Train sets it up; trains each recipe in turn in the
+    same group (one process start for them all) and saves what it trained."""
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
     try:
-        result, params = _trained(Recipe.model_validate_json(recipe_json))
-        torch.save({"result": result, "params": params}, Path(out) / f"rank{rank}.pt")
+        for i, recipe_json in enumerate(recipes_json):
+            result, params = _trained(Recipe.model_validate_json(recipe_json))
+            torch.save({"result": result, "params": params}, Path(out) / f"recipe{i}-rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def _trained_on(workers: int, recipe: Recipe, folder: Path) -> list[dict]:
-    mp.spawn(_worker, args=(workers, str(folder / "rendezvous"), recipe.model_dump_json(), str(folder)),
-             nprocs=workers, join=True)
-    return [torch.load(folder / f"rank{rank}.pt", weights_only=False) for rank in range(workers)]  # our own files
+CASES = [(16, 1, "device"), (8, 2, "device"), (16, 1, "dataloader")]  # batch_size, accumulation_steps, data_loader
 
 
-@pytest.mark.parametrize("batch_size, accumulation_steps, data_loader",
-                         [(16, 1, "device"), (8, 2, "device"), (16, 1, "dataloader")])
-def test_two_workers_make_the_update_of_one_worker_with_twice_the_batch(tmp_path, batch_size, accumulation_steps,
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory) -> dict[tuple, list[dict]]:
+    """Every case trained on 2 workers of one process group: case -> what each rank trained."""
+    folder = tmp_path_factory.mktemp("two-workers")
+    recipes = [Recipe(**EXACT, workers=2, batch_size=b, accumulation_steps=k, data_loader=loader).model_dump_json()
+               for b, k, loader in CASES]
+    mp.spawn(_worker, args=(2, str(folder / "rendezvous"), recipes, str(folder)), nprocs=2, join=True)
+    return {case: [torch.load(folder / f"recipe{i}-rank{rank}.pt", weights_only=False)  # our own files
+                   for rank in range(2)] for i, case in enumerate(CASES)}
+
+
+@pytest.mark.parametrize("batch_size, accumulation_steps, data_loader", CASES)
+def test_two_workers_make_the_update_of_one_worker_with_twice_the_batch(two_workers, batch_size, accumulation_steps,
                                                                        data_loader):
-    two = _trained_on(2, Recipe(**EXACT, workers=2, batch_size=batch_size, accumulation_steps=accumulation_steps,
-                                data_loader=data_loader), tmp_path)
+    two = two_workers[(batch_size, accumulation_steps, data_loader)]
     one_result, one = _trained(Recipe(**EXACT, batch_size=2 * batch_size, accumulation_steps=accumulation_steps,
                                       data_loader=data_loader))
 
