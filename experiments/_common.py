@@ -1,5 +1,5 @@
 """Shared by the experiments: the CPU lock every engineer's benchmarks respect, the
-provenance header every results file starts with (commit, command, machine, date),
+provenance header every results file starts with (commit, command, machine, date, load average),
 search-space variants (`dotted.key=value` overrides), a search run as a user runs it,
 and recipes timed as production runs (fresh processes, interleaved, same seeds)."""
 
@@ -27,19 +27,30 @@ if TYPE_CHECKING:
     from autospeed.recipe import Recipe
 
 LOCK_PATH = "/tmp/cpu.lock"
+# `python -m experiments all --quick` sets this to 1 for its smoke runs, which measure nothing: where a script
+# would hold the CPU lock exclusively it holds it shared, as the tests do (and waits, as they do, for a benchmark
+# that holds it exclusively), and every results header says the file is a smoke run.
+QUICK_ENV = "EXPERIMENTS_QUICK"
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
 
 @contextlib.contextmanager
 def cpu_lock(exclusive: bool):
-    """Exclusive for timing benchmarks (nothing else loads the cores), shared for searches and tests."""
+    """Exclusive for timing benchmarks (nothing else loads the cores), shared for searches and tests.
+    In the quick pass (EXPERIMENTS_QUICK=1 in the environment), always shared."""
+    exclusive = exclusive and not quick()
     with open(LOCK_PATH, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def quick() -> bool:
+    """Whether this run is part of the quick pass (`python -m experiments all --quick`): a smoke run."""
+    return os.environ.get(QUICK_ENV, "") == "1"
 
 
 def cv(values: list[float]) -> float:
@@ -92,22 +103,42 @@ def shown(path: str | os.PathLike) -> str:
     return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(path)
 
 
+# When the run started: every script imports this module first thing, before its work.
+_START = (datetime.datetime.now().astimezone().isoformat(timespec="seconds"), os.getloadavg())
+
+
 @functools.cache
-def _started() -> tuple[str, str, str]:
-    """(commit, command, date) at the first call: cached for the whole run, whichever device is named."""
-    return commit(), command(), datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+def _started() -> tuple[str, str, str, tuple[float, float, float]]:
+    """(commit, command, date, load average): the commit and command at the first call (a script's start, where it
+    prints its provenance), the date and load average when this module was imported; cached for the whole run,
+    whichever device is named."""
+    return commit(), command(), *_START
 
 
-def provenance(device: str = "cpu") -> str:
-    """Four lines: the commit, the exact command, the machine and the date. The commit and date are taken once
-    per run, so a script that calls this when it starts names the commit and date it started at, however long
-    it runs and whatever is committed meanwhile."""
-    commit_, command_, date = _started()
-    return f"commit: {commit_}\ncommand: {command_}\n{machine_line(device)}\ndate: {date}"
+def load_line(start: tuple[float, float, float], end: tuple[float, float, float] | None) -> str:
+    """One line: the load average (os.getloadavg(): 1, 5 and 15 minutes) when the run started and, with `end`,
+    when it wrote its results; with the CPU count, so a reader sees how busy the machine was meanwhile."""
+    fmt = lambda load: " ".join(f"{x:.2f}" for x in load)  # noqa: E731
+    return (f"load average (1, 5, 15 min; {os.cpu_count()} CPUs): {fmt(start)} at start"
+            + (f", {fmt(end)} at end" if end is not None else ""))
+
+
+def provenance(device: str = "cpu", end: bool = True) -> str:
+    """Five lines: the commit, the exact command, the machine, the date and the load average (and a sixth in the
+    quick pass, saying so). The commit, date and starting load are taken once per run, so a script that calls
+    this when it starts names the commit and date it started at, however long it runs and whatever is committed
+    meanwhile; with `end` (a results file's header, written when the run is over) the load average now is added
+    as the run's end."""
+    commit_, command_, date, load = _started()
+    smoke = ("\nquick pass (python -m experiments all --quick): a smoke run of the script, CPU lock shared; "
+             "not a measurement") if quick() else ""
+    return (f"commit: {commit_}\ncommand: {command_}\n{machine_line(device)}\ndate: {date}\n"
+            f"{load_line(load, os.getloadavg() if end else None)}{smoke}")
 
 
 def results_header(title: str, device: str = "cpu") -> str:
-    """The start of every results file: a title and the provenance block, then a blank line."""
+    """The start of every results file: a title and the provenance block (the load average at start and now, at
+    the end), then a blank line."""
     return f"# {title}\n\n```\n{provenance(device)}\n```\n\n"
 
 

@@ -25,7 +25,7 @@ ap.add_argument("--out")
 args = ap.parse_args()
 recipe = load_recipe(args.config)
 device = pick_device(recipe)
-print(provenance(device.type), flush=True)
+print(provenance(device.type, end=False), flush=True)
 lines = ["| run in this process | status | TTA s | first step s | train s | samples/s |", "| --- | --- | ---: | ---: | ---: | ---: |"]
 for i in range(args.repeats):
     r = train(recipe.model_copy(update={"seed": 500 + i}))

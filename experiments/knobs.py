@@ -150,7 +150,7 @@ def main() -> None:
     base = Recipe(workload=args.workload, workload_options=options, target_accuracy=1.0, max_train_seconds=1e9,
                   device=args.device, seed=0, **baseline_knobs)
     device = pick_device(base)
-    print(provenance(device.type), flush=True)
+    print(provenance(device.type, end=False), flush=True)
     all_variants = VARIANTS[args.workload] + (
         GPU_IMAGE_VARIANTS if device.type == "cuda" and args.workload != "lm" else [])
     variants = [(label, o) for label, o in all_variants if not any(s in label for s in args.skip)]

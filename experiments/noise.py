@@ -1,7 +1,7 @@
 """Timing noise: one recipe trained 10 times in a row, against the gaps the search ranks.
 
     python experiments/noise.py [--recipe best.yaml] [--runs 10] [--out experiments/results/noise.md]
-           [--tracking-uri sqlite:////tmp/autospeed-speedup/mlflow.db --name speedup-exp]
+           [--tracking-uri sqlite:////tmp/autospeed-speedup/mlflow.db --name speedup-exp | --no-compare]
 
 Two series, exclusive CPU lock held: the same seed every time (pure timing noise:
 identical steps, so TTA varies only with the clock) and a new seed every time
@@ -42,10 +42,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--tracking-uri", default="sqlite:////tmp/autospeed-speedup/mlflow.db")
     p.add_argument("--name", default="speedup-exp")
+    p.add_argument("--no-compare", action="store_true", help="leave out the comparison with a search's trials")
     p.add_argument("--out", default=str(RESULTS / "noise.md"), help="results file; the plot goes beside it (.png)")
     args = p.parse_args()
     out = Path(args.out)
-    print(provenance(), flush=True)
+    print(provenance(end=False), flush=True)
 
     recipe = load_recipe(args.recipe).model_copy(update={"measured": None})
     workload = load_workload(recipe.workload, recipe.workload_options)
@@ -61,12 +62,15 @@ def main() -> None:
                 print(f"{label} run {i}: {r.status} TTA {r.tta_seconds} s, {r.samples_per_second:.0f} samples/s",
                       flush=True)
 
-    try:
-        top = search_gaps(args.tracking_uri, args.name)
-    except Exception as e:  # no search to compare with: say so in the results
-        top, why = [], str(e).splitlines()[0]
+    if args.no_compare:
+        top, why = [], "--no-compare"
     else:
-        why = ""
+        try:
+            top = search_gaps(args.tracking_uri, args.name)
+        except Exception as e:  # no search to compare with: say so in the results
+            top, why = [], str(e).splitlines()[0]
+        else:
+            why = ""
     gaps = [(b[1] - a[1]) / a[1] for a, b in zip(top, top[1:])]
 
     lines = [f"Recipe: `{shown(args.recipe)}` ({recipe.workload}, target {recipe.resolved_target.describe()}, "

@@ -3,6 +3,7 @@
     python experiments/peer.py                                   # fast.yaml
     python experiments/peer.py --space search_spaces/lm.yaml     # a min-mode target (val_loss)
     python experiments/peer.py --trials 4 --set confirm.repeats=1 --repeats 2   # a smoke run
+    python experiments/peer.py --autospeed-recipe best.yaml      # autospeed's side: a recipe exported earlier
 
 1. autospeed: `python -m autospeed search --space <file>` in a fresh process (trials, confirmation,
    best.yaml), then `autospeed export`. Compute: that command's wall seconds, process start to exit,
@@ -131,6 +132,8 @@ def main() -> None:
     p.add_argument("--peer-seconds", type=float, default=60.0,
                    help="the peer recipe's train-clock budget as a production run (autospeed's keeps its own)")
     add_timing_arguments(p, baseline=False)
+    p.add_argument("--autospeed-recipe", metavar="FILE",
+                   help="autospeed's side: this recipe (exported earlier) instead of running its search now")
     p.add_argument("--work", default="/tmp/autospeed-peer")
     p.add_argument("--out", default=str(RESULTS / "peer.md"))
     args = p.parse_args()
@@ -144,17 +147,22 @@ def main() -> None:
     spec = load_spec(space)
     epochs = args.epochs or spec.recipe_for({}).epochs  # the file's fixed.epochs, else the recipe default
     seeds = [args.seed_base + r for r in range(args.repeats)]
-    print(provenance(), flush=True)
+    print(provenance(end=False), flush=True)
 
-    print(f"\n== autospeed: search {space}", flush=True)
-    searched = search_and_export(space, work, spec.name, exclusive=True)
-    if searched.best_path is None:
-        raise SystemExit(f"peer: autospeed's search exported no recipe: {searched.export_error}")
-    compute = search_compute(searched.tracking_uri, spec.name)
+    if args.autospeed_recipe:
+        searched, compute, best_path = None, {}, Path(args.autospeed_recipe)
+        print(f"\n== autospeed: no search, its recipe is {best_path}", flush=True)
+    else:
+        print(f"\n== autospeed: search {space}", flush=True)
+        searched = search_and_export(space, work, spec.name, exclusive=True)
+        if searched.best_path is None:
+            raise SystemExit(f"peer: autospeed's search exported no recipe: {searched.export_error}")
+        compute = search_compute(searched.tracking_uri, spec.name)
+        best_path = searched.best_path
     print(f"\n== the peer: TPE + MedianPruner, {spec.budget.trials} trials of {epochs:g} epochs", flush=True)
     peer = run_peer(spec, epochs, args.trial_seconds)
 
-    best_yaml = yaml.safe_load(searched.best_path.read_text())
+    best_yaml = yaml.safe_load(best_path.read_text())
     peer_yaml = yaml.safe_load(peer_recipe(spec, peer["params"], epochs, args.peer_seconds, target_stop=True).to_yaml())
     if best_yaml.get("seed") in seeds or peer_yaml["seed"] in seeds:
         p.error(f"--seed-base: seeds {seeds} include a search's own seed; pick another base")
@@ -180,8 +188,9 @@ def main() -> None:
     lines = [
         f"Space: `{shown(args.space)}`" + (f" with `{' '.join(overrides)}`" if overrides else "") +
         f" ({spec.workload}, target {target.describe()}), {spec.budget.trials} trials per side.", "",
-        f"- autospeed: `autospeed search` (TPE + ASHA on the train clock, trial 0 the baseline, confirmation "
-        f"{spec.confirm.repeats} repeats of the top {spec.confirm.top_k}), then its exported recipe.",
+        (f"- autospeed: `autospeed search` (TPE + ASHA on the train clock, trial 0 the baseline, confirmation "
+         f"{spec.confirm.repeats} repeats of the top {spec.confirm.top_k}), then its exported recipe." if searched
+         else f"- autospeed: **no search ran** (--autospeed-recipe): its recipe is `{shown(best_path)}`."),
         f"- peer: Optuna TPESampler(seed={spec.sampler.seed}, n_startup_trials={spec.sampler.n_startup_trials}) + "
         f"MedianPruner() {'maximising' if target.mode == 'max' else 'minimising'} {target.metric} after "
         f"{epochs:g} epochs (reported at every evaluation, every {spec.recipe_for({}).eval_every_epochs:g} epoch), "
@@ -191,8 +200,10 @@ def main() -> None:
         "command, process start to exit; the peer's is its study, data preparation included, in this process.", "",
         "| side | compute, wall s | train clock of its trials, s | trials | other runs (train clock s) |",
         "| --- | ---: | ---: | --- | --- |",
-        f"| autospeed | {searched.wall_seconds:.1f} | {trials.get('train_seconds', 0.0):.1f} | {trials.get('runs', 0)} "
-        f"| " + (", ".join(f"{k} {v['runs']} ({v['train_seconds']:.1f})" for k, v in other.items()) or "-") + " |",
+        (f"| autospeed | {searched.wall_seconds:.1f} | {trials.get('train_seconds', 0.0):.1f} | "
+         f"{trials.get('runs', 0)} | " + (", ".join(f"{k} {v['runs']} ({v['train_seconds']:.1f})"
+                                                  for k, v in other.items()) or "-") + " |" if searched
+         else "| autospeed | not run (--autospeed-recipe) | - | - | - |"),
         f"| peer | {peer['wall_seconds']:.1f} | {peer['train_seconds']:.1f} | {sum(peer['states'].values())} ("
         + ", ".join(f"{n} {s}" for s, n in peer["states"].items()) + ") | - |", "",
         f"Production runs: {args.repeats} per recipe, interleaved (peer, autospeed, ...), seeds "
@@ -206,12 +217,13 @@ def main() -> None:
     lines += ["", f"**Peer TTA / autospeed TTA (ratio of medians, bootstrap over seeds): {ratio}.**", "",
               f"The peer's best trial: {target.metric} {peer['value']:.4f} after {epochs:g} epochs.", ""]
     lines += [f"- {label}: `{json.dumps({k: r.get(k) for k in knobs})}`" for label, r in recipes.items()]
+    lines += ["", f"Both recipes, as timed: `{out.stem}_peer.yaml` and `{out.stem}_autospeed.yaml` beside this file."]
     warnings = sorted({w for rs in runs.values() for r in rs for w in r["warnings"]})
     if warnings:
         lines += ["", "`autospeed train` warned: " + "; ".join(warnings)]
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(searched.best_path, out.with_name(f"{out.stem}_autospeed.yaml"))
+    shutil.copyfile(best_path, out.with_name(f"{out.stem}_autospeed.yaml"))
     out.with_name(f"{out.stem}_peer.yaml").write_text(yaml.safe_dump(peer_yaml, sort_keys=False))
     device = runs["autospeed"][0].get("environment", {}).get("device", "cpu")
     text = results_header(f"autospeed against the usual HPO set-up, by TTA ({spec.workload}, {device})", device) \

@@ -81,9 +81,11 @@ def main() -> None:
     device = pick_device(base)
     gpus = device.type == "cuda"
     cpus = os.cpu_count() or 1
-    print(provenance(device.type), flush=True)
-    _ray.quiet_ray()
-    _ray.start_ray(None, verbose=False)  # once: the workers of every run start inside it, off the clock
+    print(provenance(device.type, end=False), flush=True)
+    ray_needed = any(n > 1 for n in args.workers)  # `--workers 1` alone (a smoke run) trains without Ray
+    if ray_needed:
+        _ray.quiet_ray()
+        _ray.start_ray(None, verbose=False)  # once: the workers of every run start inside it, off the clock
     runs: dict[int, list[dict]] = {n: [] for n in args.workers}
     try:
         with cpu_lock(exclusive=True):
@@ -96,7 +98,8 @@ def main() -> None:
                           f"{m['samples_per_second']:,.0f} samples/s" + (f"  {m['error']}" if m["error"] else ""),
                           flush=True)
     finally:
-        _ray.stop_ray()
+        if ray_needed:
+            _ray.stop_ray()
 
     def median(values):
         values = [v for v in values if v is not None]

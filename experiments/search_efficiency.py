@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, cpu_lock, provenance, results_header, write_results  # noqa: E402
+from _common import RESULTS, cpu_lock, provenance, results_header, shown, write_results  # noqa: E402
 
 from autospeed.track import layout as t  # noqa: E402
 from autospeed.search import run_search  # noqa: E402
@@ -258,17 +258,23 @@ def main() -> None:
                    "/tmp/autospeed-efficiency-systems with --space systems)")
     p.add_argument("--out", help="results file; the .png and .json go beside it (default: "
                    "experiments/results/search_efficiency.md, search_efficiency_systems.md with --space systems)")
-    p.add_argument("--report-only", action="store_true", help="redraw the results from the .json beside --out")
+    p.add_argument("--simulated-searches", type=int, default=20000,
+                   help="random searches simulated over the ground truth (the uncensored reference)")
+    p.add_argument("--report-only", action="store_true", help="redraw the results from the .json beside --out "
+                   "(or --saved)")
+    p.add_argument("--saved", help="with --report-only: the .json to redraw from (default: beside --out)")
+    p.add_argument("--truth-cache", help="the ground-truth cache to read and extend (default: <work>/truth.json); "
+                   "another run's cache makes both runs' ground truth the same")
     args = p.parse_args()
     if args.space == "systems":
         use_systems_space()
     out = Path(args.out or RESULTS / ("search_efficiency.md" if args.space == "maths" else
                                       "search_efficiency_systems.md"))
-    saved_json = out.with_suffix(".json")
+    saved_json = Path(args.saved) if args.saved and args.report_only else out.with_suffix(".json")
     work = Path(args.work or "/tmp/autospeed-efficiency" + ("-systems" if args.space == "systems" else ""))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    print(provenance(), flush=True)
+    print(provenance(end=False), flush=True)
     if args.report_only:
         saved = json.loads(saved_json.read_text())
         truth_runs, runs, meta = saved["truth_runs"], saved["runs"], saved.get("meta", {})  # json reads Infinity
@@ -276,9 +282,9 @@ def main() -> None:
         data = json.loads(json.dumps(BASE))
         data["name"] = "eff-truth"
         spec = spec_from_dict(data, "search_efficiency")
-        truth_runs, trained = ground_truth(spec, args.truth_repeats, work / "truth.json")
-        meta = {"truth_seconds": time.perf_counter() - t0, "truth_runs_trained": trained,
-                "truth_cache": str(work / "truth.json"), "provenance": provenance()}
+        cache = Path(args.truth_cache) if args.truth_cache else work / "truth.json"
+        truth_runs, trained = ground_truth(spec, args.truth_repeats, cache)
+        meta = {"truth_seconds": time.perf_counter() - t0, "truth_runs_trained": trained, "truth_cache": str(cache)}
     truth = {k: statistics.median(v[:args.truth_repeats]) for k, v in truth_runs.items()}
     grid_truth = {k: v for k, v in truth.items() if k != key(BASE["baseline"])}
     best = min(grid_truth.values())
@@ -294,6 +300,7 @@ def main() -> None:
                 print(f"{m:>9} seed {s}: found at {r['compute_to_find']} s of {r['total_compute']:.1f} s, "
                       f"{r['stopped_early']} stopped early, wall {r['wall_seconds']:.0f} s", flush=True)
         meta["total_seconds"] = time.perf_counter() - t0
+        meta["provenance"] = provenance()  # when the measurements ended: the load average at start and end
         write_results(saved_json, json.dumps(
             {"meta": meta, "truth_runs": truth_runs, "truth": truth, "good_seconds": good, "runs": runs},
             indent=1, default=str))
@@ -341,8 +348,11 @@ def main() -> None:
     n_truth = sum(min(len(v), args.truth_repeats) for v in truth_runs.values())
     lines = []
     if args.report_only:
-        lines += [f"Redrawn from `{saved_json.name}`, whose measurements were taken by:", "", "```",
+        lines += [f"Redrawn from `{shown(saved_json)}`, whose measurements were taken by:", "", "```",
                   meta.get("provenance", meta.get("header", "(not recorded)")), "```", ""]
+    else:
+        lines += [f"Every run, read back by `--report-only` and by experiments/sampler_simulation.py: "
+                  f"`{saved_json.name}` beside this file.", ""]
     lines += [
         f"Total runtime: {meta.get('total_seconds', 0):.0f} s, of which ground truth "
         f"{meta.get('truth_seconds', 0):.0f} s" + (
@@ -400,7 +410,7 @@ def main() -> None:
         ref_runs = [r for r in runs if r["method"] == REFERENCE]
         n_trials = int(statistics.median(r["trials"] for r in ref_runs))
         first = min(truth[key(BASE["baseline"])], BASE["budget"]["max_train_seconds"])  # the baseline trial
-        searches = 20000
+        searches = args.simulated_searches
         sim_find, sim_total = simulated_random(grid_truth, first, good, n_trials, searches=searches)
         probe_med = statistics.median(r.get("probe_seconds", 0) for r in runs if r["method"] == CHALLENGER)
         lines += [

@@ -97,7 +97,7 @@ def main() -> None:
                                       args.baseline_epochs)
     recipes = {"baseline": yaml.safe_load(baseline.to_yaml()), "exported": best_yaml}
 
-    print(provenance(), flush=True)
+    print(provenance(end=False), flush=True)
     runs = time_interleaved(recipes, seeds, work)
 
     ttas = {k: [r["tta_seconds"] for r in v] for k, v in runs.items()}

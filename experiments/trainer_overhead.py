@@ -101,7 +101,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     workload = load_workload("mnist1d", {"num_samples": args.num_samples})  # generated/cached off the clock
-    print(provenance(), flush=True)
+    print(provenance(end=False), flush=True)
     rows = []
     with cpu_lock(exclusive=True):
         for b in args.batch_sizes:

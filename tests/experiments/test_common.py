@@ -1,6 +1,9 @@
 """experiments/_common.py: search-space overrides (`dotted.key=value`) merged into a space file, and the
-provenance a results file starts with."""
+provenance a results file starts with (commit, command, machine, date, load average), and the CPU lock in the
+quick pass."""
 
+import fcntl
+import re
 import sys
 from pathlib import Path
 
@@ -45,3 +48,38 @@ def test_the_results_header_names_the_commit_and_date_the_run_started_at(monkeyp
     started = _common.provenance()  # a script prints this first, and writes its header hours later
     monkeypatch.setattr(_common, "commit", lambda: "committed-meanwhile")
     assert started in results_header("title", "cpu")
+
+
+def test_the_header_gives_the_load_average_at_start_and_at_end(monkeypatch):
+    banner = _common.provenance(end=False)  # what a script prints when it starts
+    assert re.search(r"\nload average \(1, 5, 15 min; \d+ CPUs\): [\d.]+ [\d.]+ [\d.]+ at start$", banner)
+    start = banner.rsplit(": ", 1)[1].removesuffix(" at start")
+    monkeypatch.setattr(_common.os, "getloadavg", lambda: (7.25, 6.5, 5.0))  # the machine got busy meanwhile
+    header = results_header("title", "cpu")
+    assert f": {start} at start, 7.25 6.50 5.00 at end\n```\n" in header
+    assert [line.split(":")[0] for line in header.split("```\n")[1].splitlines()] == [
+        "commit", "command", "machine", "date", "load average (1, 5, 15 min; 2 CPUs)".replace(
+            "2 CPUs", f"{_common.os.cpu_count()} CPUs")]
+
+
+def test_the_quick_pass_says_so_and_holds_the_cpu_lock_shared(monkeypatch, tmp_path):
+    monkeypatch.setattr(_common, "LOCK_PATH", str(tmp_path / "cpu.lock"))
+
+    def others_can_share() -> bool:
+        with open(_common.LOCK_PATH, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    monkeypatch.delenv(_common.QUICK_ENV, raising=False)
+    with _common.cpu_lock(exclusive=True):
+        assert not others_can_share()
+    assert "quick pass" not in _common.provenance()
+    monkeypatch.setenv(_common.QUICK_ENV, "1")
+    with _common.cpu_lock(exclusive=True):  # a benchmark's exclusive lock, in the quick pass: shared
+        assert others_can_share()
+    assert _common.provenance().endswith("\nquick pass (python -m experiments all --quick): a smoke run of the "
+                                         "script, CPU lock shared; not a measurement")
