@@ -15,6 +15,15 @@ import yaml
 from autospeed.workloads import CACHE_ENV
 
 
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (`--dist loadgroup`, pyproject.toml) the tests of one file stay on one worker,
+    so its module fixtures (a search, a store, a process group) are built once, and every reader of
+    the shared finished search goes to one worker, so it runs once per test run."""
+    for item in items:
+        group = "finished_search" if "finished_search" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def dataset_cache(tmp_path_factory) -> Path:
     """Generated datasets go to a per-session folder, never to ~/.cache; subprocesses inherit it."""
