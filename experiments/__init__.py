@@ -152,6 +152,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--out", "{out}/peer.md"),
         quick_writes=("peer.md", "peer_autospeed.yaml", "peer_peer.yaml")),
     Experiment(
+        "suite_durations", "suite_durations.py", "the README's test command timed on a fresh clone, with pytest's "
+        "slowest phases",
+        runs=(_r("--fresh-clone", "--out", f"{RESULTS}/suite_durations.md", writes=("suite_durations.md",)),),
+        note="no quick pass: it runs the whole test suite, which itself runs the quick pass"),
+    Experiment(
         "gpu_checks", "gpu_checks.sh",
         "the checks on a CUDA GPU: pytest -m cuda, gpu.yaml's search with export/train/report and speedup.py, "
         "knobs on the GPU (an offline GPU machine carries Ray, Optuna and MLflow as wheels: gpu_wheels)",
