@@ -152,6 +152,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--out", "{out}/peer.md"),
         quick_writes=("peer.md", "peer_autospeed.yaml", "peer_peer.yaml")),
     Experiment(
+        "example", "example.py", "the README's 30-second example: a smoke search as a user runs it",
+        runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",)),),
+        note="no quick pass: it is one whole search (Ray's start alone is most of its time)"),
+    Experiment(
         "suite_durations", "suite_durations.py", "the README's test command timed on a fresh clone, with pytest's "
         "slowest phases",
         runs=(_r("--fresh-clone", "--out", f"{RESULTS}/suite_durations.md", writes=("suite_durations.md",)),),
