@@ -15,13 +15,34 @@ import yaml
 from autospeed.workloads import CACHE_ENV
 
 
+# The test files that read the shared finished search (the `finished_search` fixture below).
+SHARED_SEARCH_FILES = ("tests/search/test_run.py", "tests/search/test_confirm.py", "tests/search/test_probe.py",
+                       "tests/show/test_browser.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With pytest-xdist (pyproject.toml: two workers) the tests of one file go to one worker, so its module
+    fixtures (a search, a store, a process group, a cluster) are built once, and the files that read the
+    shared finished search go to one worker together, so it runs once per test run. (xdist's own
+    `--dist loadgroup` marks are not seen by pytest 9's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "finished_search" if file in SHARED_SEARCH_FILES else file
+
+    return ByFile(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (`--dist loadgroup`, pyproject.toml) the tests of one file stay on one worker,
-    so its module fixtures (a search, a store, a process group) are built once, and every reader of
-    the shared finished search goes to one worker, so it runs once per test run."""
+    """A reader of the shared search outside SHARED_SEARCH_FILES would build it a second time on the other
+    worker: say where to list it."""
     for item in items:
-        group = "finished_search" if "finished_search" in item.fixturenames else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        file = item.nodeid.split("::", 1)[0]
+        if "finished_search" in item.fixturenames and file not in SHARED_SEARCH_FILES:
+            raise pytest.UsageError(f"{file} reads finished_search: add it to SHARED_SEARCH_FILES in "
+                                    f"tests/conftest.py")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -65,6 +65,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     RunFailure for what fails before any run is created.
     """
     wall_start = time.perf_counter()
+    _check_workers_fit(spec, space_path)  # bad input: before the store, the dataset or Ray are touched
     uri = t.resolve_tracking_uri(tracking_uri)
     client = t.connect(uri)
     seed = spec.sampler.seed if seed is None else seed
@@ -148,6 +149,20 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
             signal.signal(signal.SIGINT, previous_sigint)
     outcome.wall_seconds = time.perf_counter() - wall_start
     return outcome
+
+
+def _check_workers_fit(spec: SearchSpec, space_path: str) -> None:
+    """Data-parallel workers that cannot fit a CPU trial whose cores the file sets (cpus_per_trial) are
+    bad input, known without Ray: refused before anything runs. Where the cores or GPUs come from the
+    cluster, the check after Ray starts decides."""
+    most_workers, asked_by = spec.most_workers()
+    cpus = spec.resources.cpus_per_trial
+    if most_workers > 1 and not spec.resources.gpus_per_trial and cpus:
+        from autospeed.search.data_parallel import placement_problem
+
+        problem = placement_problem(most_workers, cpus, 0, 0)
+        if problem:
+            raise UserError(f"{space_path}: key '{asked_by}': {problem}")
 
 
 def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pickletools
@@ -158,6 +159,25 @@ def autospeed(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout:
                           capture_output=True, text=True, timeout=timeout)
 
 
+class Done:
+    """What a command run in this process returned: its exit code and output."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def cli_in_process(*args: str) -> Done:
+    """`autospeed ARGS` through the CLI's own entry point (`main`, which `python -m autospeed` calls), in
+    this process: for commands that never train (export, report, a refused search), which a fresh
+    interpreter would only make seconds slower. The exit code is main's return value."""
+    from autospeed.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return Done(code, out.getvalue(), err.getvalue())
+
+
 class Running:
     """A CLI process in its own session (like a terminal's foreground job), output to files."""
 
@@ -242,7 +262,8 @@ class Gate:
 
     def wait_for(self, build: int, proc: Running) -> None:
         """Until build `build` is held at its closed gate: in the middle of training, and staying there."""
-        wait_until(lambda: build in self.waiting() or proc.proc.poll() is not None, what=f"build {build} held")
+        wait_until(lambda: build in self.waiting() or proc.proc.poll() is not None, every=0.1,  # a file: cheap
+                   what=f"build {build} held")
         assert proc.proc.poll() is None, proc.stdout + proc.stderr
 
 

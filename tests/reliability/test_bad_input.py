@@ -131,17 +131,19 @@ def test_yaml_is_loaded_safely(tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_search_on_missing_cifar10_names_the_space_file_and_the_folder(tmp_path):
+def test_search_on_missing_cifar10_names_the_space_file_and_the_folder(tmp_path, capfd, new_store):
+    """Through the CLI's own entry point, in this process: the search fails before it starts Ray."""
     space = tmp_path / "space.yaml"
     missing = tmp_path / "no-cifar-here"
     space.write_text(GOOD.replace("workload: digits", f"workload: cifar10\nworkload_options: {{data_dir: {missing}}}"))
-    p = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
-                  "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=120)
-    assert p.returncode == 2, p.stderr
-    lines = error_lines(p.stderr)
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    uri = new_store(tmp_path)
+    code = main(["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(tmp_path / "store")])
+    out, err = capfd.readouterr()
+    assert code == 2, err
+    lines = error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in out + err, err
     assert str(space) in lines[0] and f"no CIFAR-10 data in {missing}" in lines[0]
-    assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])  # nothing ran
+    assert search_runs(uri, "bad") == ([], [])  # nothing ran
 
 
 # ---------------------------------------------------------------- data-parallel workers
@@ -160,11 +162,12 @@ def test_validate_rejects_bad_workers_with_one_line(tmp_path, capsys, text, word
     test_validate_rejects_with_one_line(tmp_path, capsys, text, words)
 
 
-def test_search_rejects_more_workers_than_a_trial_has_cores(tmp_path):
+def test_search_rejects_more_workers_than_a_trial_has_cores(tmp_path, new_store):
     space = tmp_path / "space.yaml"
     space.write_text(GOOD.replace("baseline:", "resources: {cpus_per_trial: 1}\nbaseline:")
                      + "  workers: {choice: [1, 2]}\n")
-    p = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+    uri = new_store(tmp_path)
+    p = autospeed("search", "--space", str(space), "--tracking-uri", uri,
                   "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=180)
     assert p.returncode == 2, p.stderr
     lines = error_lines(p.stderr)
@@ -172,4 +175,4 @@ def test_search_rejects_more_workers_than_a_trial_has_cores(tmp_path):
     for words in (str(space), "'space.workers.choice'", "2 workers need at least one CPU core each",
                   "a trial has 1", "lower the workers to 1"):
         assert words in lines[0], lines[0]
-    assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])  # nothing ran
+    assert search_runs(uri, "bad") == ([], [])  # nothing ran

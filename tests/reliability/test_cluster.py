@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
+from .conftest import Gate, autospeed, cli_env, cli_in_process, error_lines, sigkill_with_state_whole, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -110,7 +110,7 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, new_store):
     base = tmp_path_factory.mktemp("cluster")
     gate = Gate(base)  # the gated plugin workload, importable on both nodes through PYTHONPATH
     temp = Path(tempfile.mkdtemp(prefix="as-ray-"))  # short: Ray's session folders hold unix sockets
@@ -126,10 +126,10 @@ def cluster(tmp_path_factory):
     env["RAY_AUTH_MODE"] = "disabled"
     sessions: list[int] = []
 
-    def start(args: list[str], log: Path) -> subprocess.Popen:
+    def start(args: list[str], log: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         with open(log, "w") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=base,
-                                    start_new_session=True)
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env={**env, **(extra_env or {})},
+                                    cwd=base, start_new_session=True)
         sessions.append(proc.pid)
         return proc
 
@@ -139,6 +139,17 @@ def cluster(tmp_path_factory):
 
     server = None
     try:
+        # The tracking server starts first and comes up while the Ray nodes do. Its backend is an empty,
+        # already-created store (no schema creation: first contact is not what this file tests), and
+        # it runs no MLflow server jobs (MLflow 3 starts seven `huey` job consumers for its GenAI
+        # features, each as heavy as the server): tracking, artifacts and the UI stay as a user's.
+        port = _free_port()
+        server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", new_store(base),
+                        "--artifacts-destination", str(base / "artifacts"),
+                        "--serve-artifacts", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                       base / "mlflow.log", {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+        uri = f"http://127.0.0.1:{port}"
+
         head = start([RAY, *node("--head", "--port", "0", "--include-dashboard", "false",
                                  "--temp-dir", str(temp / "head"))],
                      base / "ray-head.log")
@@ -151,23 +162,16 @@ def cluster(tmp_path_factory):
         joined = start(second, base / "ray-node2.log")
         assert joined.wait(300) == 0, (base / "ray-node2.log").read_text()
 
-        port = _free_port()
-        server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                        f"sqlite:///{base / 'mlflow.db'}", "--artifacts-destination", str(base / "artifacts"),
-                        "--serve-artifacts", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                       base / "mlflow.log")
-        uri = f"http://127.0.0.1:{port}"
+        # Both nodes in the cluster (the timeout only guards against a hang).
+        subprocess.run([sys.executable, "-c", WAIT_FOR_NODES, address, "2"], env=env, check=True, timeout=300,
+                       capture_output=True)
 
         def answers() -> bool:
             assert server.poll() is None, (base / "mlflow.log").read_text()
             with contextlib.suppress(OSError), urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
                 return r.status == 200
             return False
-        wait_until(answers, what="mlflow server")
-
-        # Both nodes in the cluster (the timeout only guards against a hang).
-        subprocess.run([sys.executable, "-c", WAIT_FOR_NODES, address, "2"], env=env, check=True, timeout=300,
-                       capture_output=True)
+        wait_until(answers, every=0.2, what="mlflow server")
         yield Cluster(address, uri, gate, env, base / "store", hidden, base)
     finally:
         _kill_sessions(sessions)
@@ -283,12 +287,12 @@ def test_a_search_on_two_nodes_with_a_tracking_server_survives_a_sigkill(cluster
     assert f"compare trials: {c.uri}/#/experiments/{parent.info.experiment_id}/" in resumed.stdout
     assert "trials ran on 2 nodes" in resumed.stdout  # the leaderboard says so
 
+    # export and report only read (and log to) the tracking server: through the CLI's entry point, in process
     out = c.dir / "best.yaml"
-    export = autospeed("export", "--name", NAME, "--tracking-uri", c.uri, "--out", str(out), cwd=c.dir, env=c.env)
+    export = cli_in_process("export", "--name", NAME, "--tracking-uri", c.uri, "--out", str(out))
     assert export.returncode == 0, export.stderr
     assert yaml.safe_load(out.read_text())["measured"]["environment"]["node"] in {
         r.data.tags["autospeed.env.node"] for r in ended}
-    report = autospeed("report", "--name", NAME, "--tracking-uri", c.uri, "--out", str(c.dir / "report"),
-                       cwd=c.dir, env=c.env)
+    report = cli_in_process("report", "--name", NAME, "--tracking-uri", c.uri, "--out", str(c.dir / "report"))
     assert report.returncode == 0, report.stderr
     assert "trials ran on 2 nodes" in (c.dir / "report" / "report.html").read_text()

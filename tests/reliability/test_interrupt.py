@@ -14,23 +14,29 @@ import pytest
 from .conftest import (Gate, autospeed, cli_env, client_for, error_lines, search_runs, sigkill_with_state_whole,
                        wait_until, write_space)
 
-# Each test runs the CLI up to three times (Ray started each time): on a busy 2-core machine that
+# Each test runs the CLI three or four times (Ray started each time): on a busy 2-core machine that
 # can pass pytest's default 600 s ceiling (a hang guard), so these get a higher one.
 pytestmark = pytest.mark.timeout(1800)
 
 NAME = "interrupted"
 TRIALS = 3
+# Confirmation (after the trials) of the best recipe and the baseline, REPEATS runs each, the baseline's
+# trial counting as its first: repeat 0 of the best recipe, then repeat 1 of it, then the baseline's...
+REPEATS = 3
+# ...each with a new seed, recipe seed (0 here) + 1000 + repeat: never one a trial trained with.
+CONFIRM_SEED = 1000
 
 
-def _space(folder) -> Gate:
+def _space(folder, repeats: int = 0) -> Gate:
     """Every trial has a gate (GATED_PLUGIN): one the test leaves closed is a trial in the middle of
     training, evaluated at least once, and stays one, however fast or slow the machine; one the test
-    opens reaches the target at its next evaluation. The budget and epochs are never what ends a trial."""
+    opens reaches the target at its next evaluation. The budget and epochs are never what ends a trial.
+    Confirmation runs (`repeats` > 0) are model builds too, each with its gate."""
     gate = Gate(folder)
     write_space(folder, {
         "name": NAME, **gate.workload(), "target_accuracy": 0.9,
         "budget": {"trials": TRIALS, "max_train_seconds": 600}, "asha": {"enabled": False},
-        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": 0},
+        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": repeats},
         "probe": {"enabled": False},  # its model builds would pass the gates the test counts on
         "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 1000, "eval_every_epochs": 1},
         "space": {"lr": {"loguniform": [0.01, 0.3]}, "batch_size": {"choice": [32, 64]}},
@@ -43,8 +49,22 @@ def _args(d, *extra):
             "--storage-path", str(d / "store"), *extra]
 
 
+def _runs(d, kind: str | None = None) -> list:
+    """Every run of the search's experiment (of one `autospeed.kind`), oldest first."""
+    c = client_for(f"sqlite:///{d}/mlflow.db")
+    runs = c.search_runs([c.get_experiment_by_name(NAME).experiment_id], order_by=["attributes.start_time ASC"],
+                         max_results=1000)
+    return [r for r in runs if kind is None or r.data.tags.get("autospeed.kind") == kind]
+
+
 def _trials(d):
     return search_runs(f"sqlite:///{d}/mlflow.db", NAME)[1]
+
+
+def _parent(d):
+    parents = search_runs(f"sqlite:///{d}/mlflow.db", NAME)[0]
+    assert len(parents) == 1, [p.info.run_id for p in parents]  # one parent run, however often resumed
+    return parents[0]
 
 
 def _mid_trial(d, gate, proc, finished: int, build: int):
@@ -57,12 +77,19 @@ def _mid_trial(d, gate, proc, finished: int, build: int):
         done = [t for t in trials if t.info.status in ("FINISHED", "FAILED")]
         running = [t for t in trials if t.info.status == "RUNNING" and "val_accuracy" in t.data.metrics]
         return running[0] if len(done) == finished and len(running) == 1 else None
-    return wait_until(ready, what="the gated trial's run, with its first evaluation")
+    return wait_until(ready, every=0.25, what="the gated trial's run, with its first evaluation")
 
 
 def _finished_fingerprint(trials):
     return {t.info.run_id: (t.info.end_time, len(t.data.metrics)) for t in trials
             if t.info.status in ("FINISHED", "FAILED")}
+
+
+def _assert_kept(d, kept: dict) -> dict:
+    """No trial that had finished is lost or ran again; the fingerprint of every finished trial now."""
+    fingerprint = _finished_fingerprint(_trials(d))
+    assert {k: fingerprint.get(k) for k in kept} == kept
+    return fingerprint
 
 
 def _assert_interrupted(proc, d, victim_run_id):
@@ -73,19 +100,29 @@ def _assert_interrupted(proc, d, victim_run_id):
     victim = trials[victim_run_id]
     assert victim.info.status == "KILLED" and victim.data.tags["autospeed.status"] == "killed"
     assert not [t for t in trials.values() if t.info.status == "RUNNING"]
-    parents = search_runs(f"sqlite:///{d}/mlflow.db", NAME)[0]
-    assert len(parents) == 1 and parents[0].info.status == "KILLED"
+    assert _parent(d).info.status == "KILLED"
     for t in trials.values():  # the leaderboard of what finished is printed
         if t.info.status == "FINISHED":
             label = "baseline" if t.data.tags["autospeed.baseline"] == "true" else t.data.tags["autospeed.trial_id"][-14:]
             assert label in proc.stdout
 
 
-def test_ctrl_c_then_sigterm_then_resume_finishes(tmp_path, start_cli):
-    gate = _space(tmp_path)
+def _builds(gate) -> list[tuple[int, int]]:
+    """(build, seed) of every model build so far, in order."""
+    log = gate.dir / "builds.log"
+    return [(int(n), int(seed)) for n, _, seed in (line.split() for line in log.read_text().splitlines())]
+
+
+def test_ctrl_c_sigterm_and_ctrl_c_in_confirmation_each_resume_where_they_stopped(tmp_path, start_cli, new_store):
+    """One search, interrupted at each stage and resumed each time: Ctrl-C in the middle of a trial,
+    SIGTERM (`kill PID`, a scheduler's stop) in the middle of a trial of the resumed search, Ctrl-C in
+    the middle of a confirmation run once every trial has ended; the last resume confirms and ends."""
+    new_store(tmp_path)
+    gate = _space(tmp_path, repeats=REPEATS)
     env = cli_env(pythonpath=gate.plugin_dir)
 
-    gate.open(1)  # the first trial reaches the target; the second is held at its gate
+    # 1. Ctrl-C: the first trial reached the target; the second is held at its gate (build 2).
+    gate.open(1)
     first = start_cli(*_args(tmp_path), cwd=tmp_path, env=env)
     victim = _mid_trial(tmp_path, gate, first, 1, build=2)
     first.ctrl_c()
@@ -93,108 +130,100 @@ def test_ctrl_c_then_sigterm_then_resume_finishes(tmp_path, start_cli):
     kept = _finished_fingerprint(_trials(tmp_path))
     assert len(kept) == 1 and gate.builds() == 2
 
-    gate.open(3)  # the resumed search's first build (either trial left) ends; its second is held
+    # 2. SIGTERM: the resumed search's first build (either trial left) ends; its second is held.
+    gate.open(3)
     second = start_cli(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
     victim = _mid_trial(tmp_path, gate, second, len(kept) + 1, build=4)
     os.kill(second.proc.pid, signal.SIGTERM)  # `kill PID`, a scheduler's stop: same as Ctrl-C
     _assert_interrupted(second, tmp_path, victim.info.run_id)
-    kept = _finished_fingerprint(_trials(tmp_path))
+    kept = _assert_kept(tmp_path, kept)
     assert len(kept) == 2 and gate.builds() == 4
 
-    gate.open()
-    third = autospeed(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
-    assert third.returncode == 0, third.stderr
-    trials = _trials(tmp_path)
+    # 3. Ctrl-C in confirmation: the trial left ends (build 5), then repeat 0 of the best recipe
+    # (build 6; the baseline's trial is its first sample); repeat 1 of the best recipe (build 7) is held.
+    gate.open(5, 6)
+    third = start_cli(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
+    gate.wait_for(7, third)
+    assert _builds(gate)[4:] == [(5, 0), (6, CONFIRM_SEED), (7, CONFIRM_SEED + 1)]
+    assert third.stdout.count("] confirm ") == 1  # repeat 0 of the best recipe
+    third.ctrl_c()  # Ray Tune's own Ctrl-C handler must be gone by now
+    assert third.wait() == 130, third.stderr
+    assert "Traceback" not in third.stderr
+    assert "--resume" in third.stderr.strip().splitlines()[-1]
+    assert "best recipe:" in third.stdout  # the search's best is still written
+    assert not [r for r in _runs(tmp_path) if r.info.status == "RUNNING"]
+    trials = _trials(tmp_path)  # one run per trial: each victim's run is the one its retraining finished
     assert len(trials) == TRIALS and all(t.info.status == "FINISHED" for t in trials)
     assert {t.data.tags["autospeed.status"] for t in trials} == {"reached"}
-    fingerprint = _finished_fingerprint(trials)
-    assert {k: fingerprint[k] for k in kept} == kept  # nothing that had finished ran again
-    assert gate.builds() == 5  # only the one trial left unfinished trained again
-    parents = search_runs(f"sqlite:///{tmp_path}/mlflow.db", NAME)[0]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    kept = _assert_kept(tmp_path, kept)
+    assert len(kept) == TRIALS  # only the one trial left unfinished trained again (build 5)
+    parent = _parent(tmp_path)
+    assert parent.info.status == "FINISHED"  # every trial ended; only the confirmation was cut short
+    assert sorted(r.info.status for r in _runs(tmp_path, "confirm")) == ["FINISHED", "KILLED"]
+    assert "confirm_speedup_vs_baseline" not in parent.data.metrics
+
+    # 4. The last resume confirms (new seeds only: no trial trains again) and ends.
+    gate.open()
+    fourth = autospeed(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
+    assert fourth.returncode == 0, fourth.stderr
+    assert "confirmed best" in fourth.stdout
+    assert all(seed >= CONFIRM_SEED for _, seed in _builds(gate)[7:])
+    _assert_kept(tmp_path, kept)
+    parent = _parent(tmp_path)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["confirm_repeats"] == REPEATS
 
 
 def _sigkill(proc, d, whole_group: bool) -> None:
-    sigkill_with_state_whole(proc, next((d / "store" / NAME).iterdir()), whole_group)
+    sigkill_with_state_whole(proc, next(p for p in (d / "store" / NAME).iterdir() if p.is_dir()), whole_group)
+    proc.wait()
+    proc.reap()  # Ray's processes of the dead search
 
 
-@pytest.mark.parametrize("killed", ["driver", "process group"])
-def test_sigkill_then_resume_loses_nothing(tmp_path, start_cli, killed):
+def test_sigkill_of_the_driver_then_of_the_whole_job_then_resume_loses_nothing(tmp_path, start_cli, new_store):
+    """SIGKILL of the search's driver alone (its Ray processes orphaned), then of the resumed search's whole
+    process group (a batch scheduler killing the job), each with a trial in the middle of training; after
+    each, --resume keeps every finished trial once and trains only the unfinished ones again."""
+    new_store(tmp_path)
     gate = _space(tmp_path)
     env = cli_env(pythonpath=gate.plugin_dir)
-    gate.open(1)
-    victim_proc = start_cli(*_args(tmp_path), cwd=tmp_path, env=env)
-    _mid_trial(tmp_path, gate, victim_proc, 1, build=2)
-    _sigkill(victim_proc, tmp_path, whole_group=killed == "process group")
-    victim_proc.wait()
-    victim_proc.reap()  # Ray's processes of the dead search
-    before = _trials(tmp_path)
-    assert any(t.info.status == "RUNNING" for t in before)  # the lie a SIGKILL leaves behind
-    kept = _finished_fingerprint(before)
 
+    # 1. The driver alone: the first trial reached the target; the second is held (build 2).
+    gate.open(1)
+    first = start_cli(*_args(tmp_path), cwd=tmp_path, env=env)
+    victim_1 = _mid_trial(tmp_path, gate, first, 1, build=2).info.run_id
+    _sigkill(first, tmp_path, whole_group=False)
+    trials = {t.info.run_id: t for t in _trials(tmp_path)}
+    assert trials[victim_1].info.status == "RUNNING"  # the lie a SIGKILL leaves behind
+    kept = _finished_fingerprint(trials.values())
+    assert len(kept) == 1 and gate.builds() == 2
+
+    # 2. The whole process group: the resumed search's first build (either trial left) ends; its second is held.
+    gate.open(3)
+    second = start_cli(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
+    victim_2 = _mid_trial(tmp_path, gate, second, len(kept) + 1, build=4).info.run_id
+    # the resume ended the lie: the only run RUNNING is the one training now (victim 1's own run, retrained,
+    # when the trial left last is victim 1's: one run per trial)
+    assert [t.info.run_id for t in _trials(tmp_path) if t.info.status == "RUNNING"] == [victim_2]
+    _sigkill(second, tmp_path, whole_group=True)
+    trials = {t.info.run_id: t for t in _trials(tmp_path)}
+    assert trials[victim_2].info.status == "RUNNING"  # the lie, again
+    kept = _assert_kept(tmp_path, kept)  # no finished trial lost or re-run
+    assert len(kept) == 2 and gate.builds() == 4  # only the unfinished trials trained again
+
+    # 3. The last resume ends the search.
     gate.open()
     resumed = autospeed(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert not error_lines(resumed.stderr)
     trials = _trials(tmp_path)
     assert not [t for t in trials if t.info.status == "RUNNING"]
-    fingerprint = _finished_fingerprint(trials)
-    assert {k: fingerprint[k] for k in kept} == kept  # no finished trial lost or re-run
-    assert gate.builds() == 2 + TRIALS - len(kept)  # only the unfinished trials trained again
+    kept = _assert_kept(tmp_path, kept)  # no finished trial lost or re-run
+    assert gate.builds() == 4 + TRIALS - 2  # only the unfinished trial trained again
     done = [t for t in trials if t.data.tags["autospeed.status"] != "killed"]
     assert len(done) == TRIALS and len({t.data.tags["autospeed.trial_id"] for t in done}) == TRIALS
     assert all(t.info.status == "KILLED" for t in trials if t not in done)
-    parents = search_runs(f"sqlite:///{tmp_path}/mlflow.db", NAME)[0]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-
-
-# Confirmation runs train with new seeds, recipe seed + 1000 + repeat (the search's trials use the
-# recipe seed, 0): seeds from 1001 have a gate, so repeat 0 of both recipes ends and repeat 1 of the
-# first one is held in the middle of training from its first step.
-CONFIRM_GATED_FROM_SEED = 1001
-REPEATS = 3
-
-
-def test_ctrl_c_during_confirmation_keeps_the_search_and_resume_confirms(tmp_path, start_cli):
-    name = "confirming"
-    gate = Gate(tmp_path)
-    write_space(tmp_path, {
-        "name": name, **gate.workload(gate_from_seed=CONFIRM_GATED_FROM_SEED, evaluations=0), "target_accuracy": 0.9,
-        "budget": {"trials": 2, "max_train_seconds": 600}, "asha": {"enabled": False},
-        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": REPEATS},
-        "probe": {"enabled": False},  # its model builds would pass the gates the test counts on
-        "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 1000, "eval_every_epochs": 1},
-        "space": {"lr": {"loguniform": [0.05, 0.2]}, "batch_size": {"choice": [32, 64]}},
-    })
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = cli_env(pythonpath=gate.plugin_dir)
-    args = ["search", "--space", str(tmp_path / "space.yaml"), "--tracking-uri", uri,
-            "--storage-path", str(tmp_path / "store")]
-    first = start_cli(*args, cwd=tmp_path, env=env)
-    wait_until(lambda: gate.waiting() or first.proc.poll() is not None, what="a confirmation run held at its gate")
-    assert first.proc.poll() is None, first.stdout + first.stderr
-    assert first.stdout.count("] confirm ") == 1  # repeat 0 of the best recipe (the baseline's is its trial)
-    first.ctrl_c()  # Ray Tune's own Ctrl-C handler must be gone by now
-
-    assert first.wait() == 130, first.stderr
-    assert "Traceback" not in first.stderr
-    assert "--resume" in first.stderr.strip().splitlines()[-1]
-    assert "best recipe:" in first.stdout  # the search's best is still written
-    runs = client_for(uri).search_runs([client_for(uri).get_experiment_by_name(name).experiment_id],
-                                       max_results=1000)
-    assert not [r for r in runs if r.info.status == "RUNNING"]
-    parent = next(r for r in runs if r.data.tags["autospeed.kind"] == "search")
-    assert parent.info.status == "FINISHED"  # every trial ended; only the confirmation was cut short
-    confirms = [r for r in runs if r.data.tags["autospeed.kind"] == "confirm"]
-    assert sorted(r.info.status for r in confirms) == ["FINISHED", "KILLED"]
-    assert "confirm_speedup_vs_baseline" not in parent.data.metrics
-
-    gate.open()
-    resumed = autospeed(*args, "--resume", cwd=tmp_path, env=env)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "confirmed best" in resumed.stdout
-    parent = client_for(uri).get_run(parent.info.run_id)
-    assert parent.data.metrics["confirm_repeats"] == REPEATS
+    assert {victim_1, victim_2} <= {t.info.run_id for t in done}  # one run per trial: retrained into its own run
+    assert _parent(tmp_path).info.status == "FINISHED"
 
 
 CTRL_C_DURING_WRITES = """
@@ -244,7 +273,7 @@ print(f"{n} statements, {sent} Ctrl-C sent, {interrupted} interrupted")
 """
 
 
-def test_ctrl_c_in_the_middle_of_a_tracking_write_leaves_no_run_running(tmp_path):
+def test_ctrl_c_in_the_middle_of_a_tracking_write_leaves_no_run_running(tmp_path, new_store):
     """Ctrl-C inside an MLflow write used to leave the SQLite store locked: the interrupted
     run could not be marked KILLED and stayed RUNNING (seen as a flaky confirmation test).
     Ctrl-C lands after each SQL statement of finish_run in turn, its transaction open: every
@@ -253,7 +282,7 @@ def test_ctrl_c_in_the_middle_of_a_tracking_write_leaves_no_run_running(tmp_path
     import subprocess
     import sys
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = new_store(tmp_path)
     p = subprocess.run([sys.executable, "-c", CTRL_C_DURING_WRITES, uri], capture_output=True, text=True,
                        timeout=300, cwd=tmp_path, env=cli_env())
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr

@@ -18,11 +18,10 @@ class _Done:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def _search(tmp_path, *extra: str, uri: str | None = None, storage: str | None = None, capfd=None):
+def _search(tmp_path, *extra: str, uri: str, storage: str | None = None, capfd=None):
     """`autospeed search` through the CLI's own entry point (in process: these fail in seconds)."""
     space = tmp_path / "space.yaml"
     space.write_text(GOOD)
-    uri = uri or f"sqlite:///{tmp_path}/mlflow.db"
     storage = storage or str(tmp_path / "store")
     start = time.monotonic()
     code = main(["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", storage, *extra])
@@ -58,26 +57,28 @@ def test_credentials_in_tracking_uri_never_shown(tmp_path, capfd):
     assert "http://***@127.0.0.1:9/" in _one_line(p)
 
 
-def test_unwritable_storage_path(tmp_path, capfd):
+def test_unwritable_storage_path(tmp_path, capfd, new_store):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    p, _ = _search(tmp_path, capfd=capfd, storage=str(blocker / "results"))
+    uri = new_store(tmp_path)
+    p, _ = _search(tmp_path, capfd=capfd, uri=uri, storage=str(blocker / "results"))
     assert p.returncode == 1
     line = _one_line(p)
     assert "--storage-path" in line and str(blocker) in line
-    assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])
+    assert search_runs(uri, "bad") == ([], [])
 
 
-def test_unreachable_ray_address(tmp_path, capfd):
-    p, seconds = _search(tmp_path, "--ray-address", "127.0.0.1:9", capfd=capfd)
+def test_unreachable_ray_address(tmp_path, capfd, new_store):
+    uri = new_store(tmp_path)
+    p, seconds = _search(tmp_path, "--ray-address", "127.0.0.1:9", capfd=capfd, uri=uri)
     assert p.returncode == 1
     line = _one_line(p)
     assert "--ray-address" in line and "127.0.0.1:9" in line
     assert seconds < 60  # ray.init alone would retry a dead address for minutes
-    assert search_runs(f"sqlite:///{tmp_path}/mlflow.db", "bad") == ([], [])  # no parent run left RUNNING
+    assert search_runs(uri, "bad") == ([], [])  # no parent run left RUNNING
 
 
-def test_malformed_ray_address(tmp_path, capfd):
-    p, _ = _search(tmp_path, "--ray-address", "head node:port", capfd=capfd)
+def test_malformed_ray_address(tmp_path, capfd, new_store):
+    p, _ = _search(tmp_path, "--ray-address", "head node:port", capfd=capfd, uri=new_store(tmp_path))
     assert p.returncode == 2
     assert "--ray-address" in _one_line(p) and "head node:port" in _one_line(p)

@@ -12,7 +12,8 @@ import time
 import pytest
 import yaml
 
-from .conftest import autospeed, cli_env, client_for, error_lines, search_runs, write_plugin, write_space
+from .conftest import (autospeed, cli_env, cli_in_process, client_for, error_lines, search_runs, write_plugin,
+                       write_space)
 
 # The store fixture runs two searches and an export inside the first test's time; on a busy
 # 2-core machine that takes far longer than pytest's default 600 s ceiling allows (a hang guard).
@@ -44,13 +45,13 @@ def _spec(marker, **over) -> dict:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, new_store):
     """Search A (every trial OOMs) then search B (a mix of faults), both named `faults`."""
     d = tmp_path_factory.mktemp("faults")
     write_plugin(d)
     # A machine without a working C++ compiler: torch.compile (inductor) fails for real.
     env = cli_env({"CXX": str(d / "no-such-c++")}, pythonpath=d)
-    uri, storage = f"sqlite:///{d}/mlflow.db", str(d / "store")
+    uri, storage = new_store(d), str(d / "store")
     common = ["--tracking-uri", uri, "--storage-path", storage]
     oom_marker, mix_marker = d / "oom-a.log", d / "oom-b.log"
     all_oom = _spec(oom_marker, max_consecutive_errors=2, baseline={"batch_size": 128},
@@ -59,7 +60,7 @@ def store(tmp_path_factory):
     a_space = write_space(d, all_oom, "all_oom.yaml")
     b_space = write_space(d, _spec(mix_marker), "mix.yaml")
     a = autospeed("search", "--space", str(a_space), *common, cwd=d, env=env)
-    export_a = autospeed("export", "--name", NAME, "--out", str(d / "best.yaml"), "--tracking-uri", uri, cwd=d, env=env)
+    export_a = cli_in_process("export", "--name", NAME, "--out", str(d / "best.yaml"), "--tracking-uri", uri)
     b = autospeed("search", "--space", str(b_space), *common, cwd=d, env=env)
     return {"dir": d, "env": env, "uri": uri, "storage": storage, "a": a, "b": b, "export_a": export_a,
             "a_space": a_space, "b_space": b_space, "mix_marker": mix_marker, "oom_marker": oom_marker}
@@ -155,8 +156,7 @@ def test_export_with_no_reached_trial_exits_1(store):
 
 def test_export_picks_a_reached_trial(store):
     out = store["dir"] / "exported.yaml"
-    e = autospeed("export", "--name", NAME, "--out", str(out), "--tracking-uri", store["uri"],
-                  cwd=store["dir"], env=store["env"])
+    e = cli_in_process("export", "--name", NAME, "--out", str(out), "--tracking-uri", store["uri"])
     assert e.returncode == 0, e.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
     _, _, _, trials = _by_parent(store)
@@ -194,15 +194,16 @@ def test_export_killed_mid_write_keeps_the_previous_file(store):
     assert out.read_text() == previous
 
 
-def test_resume_after_the_space_changed_exits_2_and_runs_nothing(store):
+def test_resume_after_the_space_changed_exits_2_and_runs_nothing(store, monkeypatch):
+    monkeypatch.syspath_prepend(str(store["dir"]))  # the space's plugin workload imports, as on PYTHONPATH
     space = store["b_space"]
     spec = yaml.safe_load(space.read_text())
     spec["target_accuracy"] = 0.8
     spec["space"]["compile"]["choice"] = ["none"]
     changed = write_space(store["dir"], spec, "mix_changed.yaml")
     before = search_runs(store["uri"], NAME)
-    p = autospeed("search", "--space", str(changed), "--tracking-uri", store["uri"], "--storage-path",
-                  store["storage"], "--resume", cwd=store["dir"], env=store["env"])
+    p = cli_in_process("search", "--space", str(changed), "--tracking-uri", store["uri"], "--storage-path",
+                       store["storage"], "--resume")
     assert p.returncode == 2
     lines = error_lines(p.stderr)
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
