@@ -215,7 +215,7 @@ def cmd_workloads(args) -> int:
     for name, line in describe():
         metrics = ", ".join(f"{k} ({m.mode})" for k, m in offered_metrics(name).items())
         print(f"{name:<10} {line} Metrics: {metrics}.")
-    print(f"{'<plugin>':<10} package.module:factory returning autospeed.workloads.Workload (see README)")
+    print(f"{'<plugin>':<10} package.module:factory returning autospeed.workloads.Workload (see docs/workloads.md)")
     return EXIT_OK
 
 

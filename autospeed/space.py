@@ -242,7 +242,7 @@ def _unknown_knob(source: str, path: str, key: str) -> None:
     import difflib
 
     guess = difflib.get_close_matches(key, SEARCHABLE, n=1)
-    hint = f"did you mean '{guess[0]}'?" if guess else "see README 'Recipe knobs'"
+    hint = f"did you mean '{guess[0]}'?" if guess else "see docs/knobs.md for every recipe field"
     if key == "max_train_seconds":
         hint = "the trials' budget is budget.max_train_seconds; only baseline may set its own"
     raise UserError(f"{source}: unknown knob '{path}'; {hint}")

@@ -32,7 +32,7 @@ all)  # tests, then the search with export/train/report, then speedup.py on its 
     [ -f "$out/best.yaml" ] && bash "$0" speedup "$out" "$out/best.yaml" "${4:-3}"
     ;;
 tests)
-    timeout 300 $py -m pytest -q -m cuda tests/test_cuda.py -p no:cacheprovider -rA --durations=0 \
+    timeout 300 $py -m pytest -q -n 0 -m cuda tests/train/test_cuda.py -p no:cacheprovider -rA --durations=0 \
         > "$out/pytest_cuda.log" 2>&1
     echo "pytest exit $?" >> "$out/pytest_cuda.log"
     # gpu.yaml's baseline and one hand-picked fast recipe, once each: how long a trial takes here.
