@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -100,27 +102,25 @@ def write_plugin(tmp_path, monkeypatch):
     return write
 
 
-@pytest.fixture
-def cli_main(tmp_path, capsys, monkeypatch):
-    """cli_main(*args) -> (exit code, stdout, stderr) of the command's main() run in this process, in
-    tmp_path: the code `autospeed ARGS` runs, less a Python start-up per case (about 3 s on 2 cores),
-    for cases that end before anything trains. The command itself, its fast exit and its piped output
-    are tests/test_cli.py's."""
+def _main_in_process(*args: str) -> subprocess.CompletedProcess:
     from autospeed import cli
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = cli.main(list(args))
         except SystemExit as e:  # argparse's usage errors and --help exit themselves
             code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-        out, err = capsys.readouterr()
-        return code, out, err
+    return subprocess.CompletedProcess(["autospeed", *args], code, out.getvalue(), err.getvalue())
 
-    return run
+
+@pytest.fixture(scope="session")
+def cli_in_process():
+    """cli_in_process(*args) -> CompletedProcess (returncode, stdout, stderr) of the command's main() run
+    in this process: the code `autospeed ARGS` runs, less a Python start-up per case (about 3 s on 2
+    cores), for commands that never train (bad input, export, report). The command itself, its fast
+    exit and its piped output are tests/test_cli.py's."""
+    return _main_in_process
 
 
 @pytest.fixture

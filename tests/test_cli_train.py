@@ -150,48 +150,48 @@ def test_no_track_logs_no_run(run_cli, write_recipe, tmp_path):
      "key 'target.value': val_loss takes values in [0, inf], so a target of -1 can never be met"),
 ], ids=["unknown-key", "duplicate-key", "wrong-type", "out-of-range", "yaml-syntax", "target-unknown-metric",
         "target-bad-mode", "target-impossible-value"])
-def test_bad_recipe_exits_2_with_one_line_naming_file_and_key(cli_main, write_recipe, text, expected):
+def test_bad_recipe_exits_2_with_one_line_naming_file_and_key(cli_in_process, write_recipe, text, expected):
     config = write_recipe(text, name="bad.yaml")
-    code, out, err = cli_main("train", "--config", str(config), "--no-track")
+    done = cli_in_process("train", "--config", str(config), "--no-track")
 
-    assert code == 2
-    line = one_line_error(err)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
     assert f"{config}: " in line
     assert expected in line
-    assert out == ""
+    assert done.stdout == ""
 
 
-def test_missing_config_file_exits_2(cli_main, tmp_path):
-    code, _, err = cli_main("train", "--config", str(tmp_path / "nowhere.yaml"), "--no-track")
+def test_missing_config_file_exits_2(cli_in_process, tmp_path):
+    done = cli_in_process("train", "--config", str(tmp_path / "nowhere.yaml"), "--no-track")
 
-    assert code == 2
-    assert "nowhere.yaml: file not found" in one_line_error(err)
+    assert done.returncode == 2
+    assert "nowhere.yaml: file not found" in one_line_error(done.stderr)
 
 
-def test_unknown_workload_option_exits_2(cli_main, write_recipe):
-    code, _, err = cli_main("train", "--config", str(write_recipe({**REACHES, "workload_options": {"hiddn": 3}})),
+def test_unknown_workload_option_exits_2(cli_in_process, write_recipe):
+    done = cli_in_process("train", "--config", str(write_recipe({**REACHES, "workload_options": {"hiddn": 3}})),
                             "--no-track")
 
-    assert code == 2
-    assert "workload_options.hiddn: unknown option for workload 'digits'" in one_line_error(err)
+    assert done.returncode == 2
+    assert "workload_options.hiddn: unknown option for workload 'digits'" in one_line_error(done.stderr)
 
 
-def test_missing_cifar10_data_exits_2_naming_the_folder(cli_main, write_recipe, tmp_path):
+def test_missing_cifar10_data_exits_2_naming_the_folder(cli_in_process, write_recipe, tmp_path):
     folder = tmp_path / "datasets" / "cifar"
-    code, _, err = cli_main("train", "--config", str(write_recipe({"workload": "cifar10", "workload_options":
+    done = cli_in_process("train", "--config", str(write_recipe({"workload": "cifar10", "workload_options":
                                                                    {"data_dir": str(folder)}})), "--no-track")
 
-    assert code == 2
-    line = one_line_error(err)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
     assert f"no CIFAR-10 data in {folder}" in line
     assert "cifar-10-batches-py" in line and "download: true" in line
 
 
-def test_usage_error_exits_2(cli_main):
-    code, _, err = cli_main("train")
+def test_usage_error_exits_2(cli_in_process):
+    done = cli_in_process("train")
 
-    assert code == 2
-    line = one_line_error(err)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
     assert "--config" in line and "autospeed train --help" in line
 
 
@@ -252,20 +252,20 @@ def test_train_runs_a_two_worker_recipe_to_its_target_and_logs_its_workers(run_c
     assert run.data.params["workers"] == "2" and run.data.tags["autospeed.env.workers"] == "2"
 
 
-def test_train_rejects_more_workers_than_cores_in_one_line(cli_main, write_recipe):
+def test_train_rejects_more_workers_than_cores_in_one_line(cli_in_process, write_recipe):
     workers = os.cpu_count() + 1
     config = write_recipe({**REACHES, "workers": workers, "device": "cpu"})
-    code, _, err = cli_main("train", "--config", str(config), "--no-track")
+    done = cli_in_process("train", "--config", str(config), "--no-track")
 
-    assert code == 2
-    line = one_line_error(err)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
     assert str(config) in line and "'workers'" in line and f"lower the workers to {os.cpu_count()}" in line
 
 
-def test_train_rejects_zero_workers_in_one_line(cli_main, write_recipe):
+def test_train_rejects_zero_workers_in_one_line(cli_in_process, write_recipe):
     config = write_recipe({**REACHES, "workers": 0})
-    code, _, err = cli_main("train", "--config", str(config), "--no-track")
+    done = cli_in_process("train", "--config", str(config), "--no-track")
 
-    assert code == 2
-    line = one_line_error(err)
+    assert done.returncode == 2
+    line = one_line_error(done.stderr)
     assert str(config) in line and "workers" in line and "greater than or equal to 1" in line

@@ -83,29 +83,26 @@ def train_on_workers(recipe: Recipe, cpus: float | None = None, gpus: bool | Non
 
     from autospeed.search import _ray
 
-    started = not ray.is_initialized()
-    if started:
-        # A local Ray sees this machine's cores and GPUs: a recipe that cannot be placed is refused
-        # before Ray starts (seconds on a small machine), as bad input should be.
-        import torch
-
-        local_gpus = torch.cuda.device_count()
-        problem = placement_problem(recipe.workers, cpus or os.cpu_count() or 1,
-                                    int(gpus if gpus is not None else recipe.device != "cpu" and local_gpus > 0),
-                                    local_gpus)
+    def placed(cluster: dict[str, float]) -> tuple[float, bool]:
+        """(cpus, gpus) for the workers on `cluster`'s resources; bad input where they cannot be placed."""
+        want_cpus = cpus or cluster.get("CPU") or os.cpu_count() or 1
+        want_gpus = gpus if gpus is not None else recipe.device != "cpu" and cluster.get("GPU", 0) > 0
+        problem = placement_problem(recipe.workers, want_cpus, int(want_gpus), cluster.get("GPU", 0))
         if problem:
             raise UserError(f"key 'workers': {problem}")
+        return want_cpus, bool(want_gpus)
+
+    started = not ray.is_initialized()
+    if started:
+        import torch
+
+        # The local Ray about to start sees at most this machine's cores and GPUs: refused before it starts.
+        placed({"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()})
         _ray.quiet_ray()
         _ray.start_ray(None, verbose=False)
     storage = tempfile.mkdtemp(prefix="autospeed-train-")  # Ray Train's run state; nothing of it is kept
     try:
-        cluster = ray.cluster_resources()
-        cpus = cpus or cluster.get("CPU", os.cpu_count() or 1)
-        if gpus is None:
-            gpus = recipe.device != "cpu" and cluster.get("GPU", 0) > 0
-        problem = placement_problem(recipe.workers, cpus, int(gpus), cluster.get("GPU", 0))
-        if problem:
-            raise UserError(f"key 'workers': {problem}")
+        cpus, gpus = placed(ray.cluster_resources())  # what Ray sees decides (a container's CPU quota, say)
         config = {"recipe": recipe.model_dump_json(), "threads": worker_threads(recipe.workers, cpus)}
         result = fit(_recipe_worker, config, workers=recipe.workers, cpus=cpus, gpus=bool(gpus),
                      storage_path=storage, name="train")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import pickletools
@@ -157,25 +156,6 @@ def autospeed(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout:
     `timeout` only guards against a hang: a search on a busy 2-core machine takes minutes."""
     return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=cwd, env=env or cli_env(),
                           capture_output=True, text=True, timeout=timeout)
-
-
-class Done:
-    """What a command run in this process returned: its exit code and output."""
-
-    def __init__(self, returncode: int, stdout: str, stderr: str):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-def cli_in_process(*args: str) -> Done:
-    """`autospeed ARGS` through the CLI's own entry point (`main`, which `python -m autospeed` calls), in
-    this process: for commands that never train (export, report, a refused search), which a fresh
-    interpreter would only make seconds slower. The exit code is main's return value."""
-    from autospeed.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return Done(code, out.getvalue(), err.getvalue())
 
 
 class Running:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import Gate, autospeed, cli_env, cli_in_process, error_lines, sigkill_with_state_whole, wait_until
+from .conftest import Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -229,7 +229,7 @@ def test_a_storage_path_one_node_cannot_see_fails_before_any_trial(cluster):
     assert _trial_runs(cluster.uri) == [] and _parents(cluster.uri) == []  # nothing started
 
 
-def test_a_search_on_two_nodes_with_a_tracking_server_survives_a_sigkill(cluster, start_cli):
+def test_a_search_on_two_nodes_with_a_tracking_server_survives_a_sigkill(cluster, start_cli, cli_in_process):
     """Trials run on both nodes (their node tags differ), one child run per trial, export and
     report work, no MLflow "View run" lines, and a SIGKILL of the driver followed by --resume
     loses no finished trial. Each step waits for the state it needs (the gates), never a clock."""

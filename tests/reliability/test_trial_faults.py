@@ -12,8 +12,7 @@ import time
 import pytest
 import yaml
 
-from .conftest import (autospeed, cli_env, cli_in_process, client_for, error_lines, search_runs, write_plugin,
-                       write_space)
+from .conftest import autospeed, cli_env, client_for, error_lines, search_runs, write_plugin, write_space
 
 # The store fixture runs two searches and an export inside the first test's time; on a busy
 # 2-core machine that takes far longer than pytest's default 600 s ceiling allows (a hang guard).
@@ -45,7 +44,7 @@ def _spec(marker, **over) -> dict:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, new_store):
+def store(tmp_path_factory, new_store, cli_in_process):
     """Search A (every trial OOMs) then search B (a mix of faults), both named `faults`."""
     d = tmp_path_factory.mktemp("faults")
     write_plugin(d)
@@ -154,7 +153,7 @@ def test_export_with_no_reached_trial_exits_1(store):
     assert not (store["dir"] / "best.yaml").exists()
 
 
-def test_export_picks_a_reached_trial(store):
+def test_export_picks_a_reached_trial(store, cli_in_process):
     out = store["dir"] / "exported.yaml"
     e = cli_in_process("export", "--name", NAME, "--out", str(out), "--tracking-uri", store["uri"])
     assert e.returncode == 0, e.stderr
@@ -194,7 +193,7 @@ def test_export_killed_mid_write_keeps_the_previous_file(store):
     assert out.read_text() == previous
 
 
-def test_resume_after_the_space_changed_exits_2_and_runs_nothing(store, monkeypatch):
+def test_resume_after_the_space_changed_exits_2_and_runs_nothing(store, monkeypatch, cli_in_process):
     monkeypatch.syspath_prepend(str(store["dir"]))  # the space's plugin workload imports, as on PYTHONPATH
     space = store["b_space"]
     spec = yaml.safe_load(space.read_text())

@@ -86,12 +86,12 @@ def store(tmp_path, new_store):
     return SimpleNamespace(uri=uri, client=client, parent_id=pid, tmp=tmp_path)
 
 
-def test_report_writes_a_self_contained_page_and_figures_and_logs_them(store, cli_main):
+def test_report_writes_a_self_contained_page_and_figures_and_logs_them(store, cli_in_process):
     out = store.tmp / "report"
-    code, out_text, err = cli_main("report", "--name", "demo", "--tracking-uri", store.uri,
+    done = cli_in_process("report", "--name", "demo", "--tracking-uri", store.uri,
                 "--storage-path", str(store.tmp / "results"), "--out", str(out))
-    assert code == 0, err
-    assert "baseline" in out_text and "3.00x" in out_text  # the leaderboard: 6.0 s / 2.0 s
+    assert done.returncode == 0, done.stderr
+    assert "baseline" in done.stdout and "3.00x" in done.stdout  # the leaderboard: 6.0 s / 2.0 s
     names = {"report.html", "curves.png", "tta.png", "tradeoff.png", "importance.png", "confirm.png"}
     assert names <= {p.name for p in out.iterdir()}
     for png in out.glob("*.png"):
@@ -119,29 +119,29 @@ def test_the_baseline_trial_carried_into_confirmation_is_one_of_its_confirmation
     assert base.ttas[0] == 6.0 and sorted(base.ttas) == [5.8, 6.0, 6.1]
 
 
-def test_report_without_the_study_says_so_and_still_draws_the_rest(store, cli_main):
+def test_report_without_the_study_says_so_and_still_draws_the_rest(store, cli_in_process):
     out = store.tmp / "report"
-    code, out_text, err = cli_main("report", "--name", "demo", "--tracking-uri", store.uri,
+    done = cli_in_process("report", "--name", "demo", "--tracking-uri", store.uri,
                 "--storage-path", str(store.tmp / "elsewhere"), "--out", str(out))
-    assert code == 0, err
-    assert "Optuna study not found" in out_text
+    assert done.returncode == 0, done.stderr
+    assert "Optuna study not found" in done.stdout
     assert not (out / "importance.png").exists() and (out / "curves.png").exists()
     assert "Optuna study not found" in (out / "report.html").read_text()
 
 
-def test_report_finds_the_study_where_the_search_recorded_it(store, cli_main):
+def test_report_finds_the_study_where_the_search_recorded_it(store, cli_in_process):
     # no --storage-path, no --out
-    code, out_text, err = cli_main("report", "--name", "demo", "--tracking-uri", store.uri)
-    assert code == 0, err
-    assert "Optuna study not found" not in out_text
+    done = cli_in_process("report", "--name", "demo", "--tracking-uri", store.uri)
+    assert done.returncode == 0, done.stderr
+    assert "Optuna study not found" not in done.stdout
     assert (store.tmp / "results" / "demo" / "s1" / "report" / "importance.png").exists()
 
 
-def test_report_of_an_unknown_search_is_one_line_and_exit_1(store, cli_main):
-    code, out_text, err = cli_main("report", "--name", "nope", "--tracking-uri", store.uri,
+def test_report_of_an_unknown_search_is_one_line_and_exit_1(store, cli_in_process):
+    done = cli_in_process("report", "--name", "nope", "--tracking-uri", store.uri,
                                    "--out", str(store.tmp / "r"))
-    assert code == 1
-    assert err.strip().splitlines() == ["autospeed: error: no search named 'nope' in this tracking store; "
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["autospeed: error: no search named 'nope' in this tracking store; "
                                              "check --name and --tracking-uri"]
 
 
@@ -175,7 +175,7 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
     assert c.train_seconds == [1.1, 2.1] and c.values == [0.55, 0.94]
 
 
-def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cli_main):
+def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cli_in_process):
     """DESIGN.md "Tracking layout": every run records its node; a search whose trials ran on
     more than one node (or device) says so, with a node column, in both tables."""
     from autospeed.track import runs as res
@@ -192,9 +192,9 @@ def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cl
                                       "2 trials); TTAs measured on different nodes or devices compare only as far as "
                                       "those are alike")
     out = store.tmp / "report"
-    code, out_text, err = cli_main("report", "--name", "demo", "--tracking-uri", store.uri, "--out", str(out))
-    assert code == 0, err
-    assert "trials ran on 2 nodes" in out_text
+    done = cli_in_process("report", "--name", "demo", "--tracking-uri", store.uri, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "trials ran on 2 nodes" in done.stdout
     page = (out / "report.html").read_text()
     assert "<th>node</th>" in page and "host-a/22222222" in page and "id='placement'" in page
 
