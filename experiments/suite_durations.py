@@ -20,6 +20,7 @@ phase (setup, call, teardown) and test id.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -38,11 +39,7 @@ SUMMARY = re.compile(r"^=*\s*(?P<summary>(?:\d+ (?:passed|failed|skipped|errors?
 def run_suite(folder: Path, durations: int) -> tuple[str, float, str]:
     """(pytest's whole output, wall seconds, the command as run) of the README's test command in `folder`."""
     command = [sys.executable, "-m", "pytest", "-q", f"--durations={durations}", "-p", "no:cacheprovider"]
-    env = None
-    if folder != ROOT:
-        import os
-
-        env = {**os.environ, "PYTHONPATH": str(folder)}
+    env = None if folder == ROOT else {**os.environ, "PYTHONPATH": str(folder)}  # the clone's package
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -72,9 +69,11 @@ def main() -> int:
     if args.log:
         if not (args.log_commit and args.log_command):
             parser.error("--log needs --log-commit and --log-command: a table says what it measured")
-        log, wall = Path(args.log).read_text(), None
+        if not Path(args.log).is_file():
+            parser.error(f"--log {args.log}: no such file; give the saved output of a pytest run")
+        log = Path(args.log).read_text()
         what = (f"Read from the output of `{args.log_command}` run at commit {args.log_commit} on this machine "
-                f"(2 cores), taken before this script existed; its wall seconds were not recorded apart from "
+                f"({os.cpu_count()} cores), taken before this script existed; its wall seconds were not recorded apart from "
                 f"pytest's own figure.")
     else:
         with tempfile.TemporaryDirectory(prefix="autospeed-suite-") as tmp:
