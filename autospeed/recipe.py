@@ -92,9 +92,19 @@ class Measured(_Strict):
     tta_seconds_max: float | None = None
     repeats: int | None = None
     baseline_tta_seconds_median: float | None = None
-    speedup_vs_baseline: float | None = None  # ratio of medians
-    speedup_ci_low: float | None = None  # bootstrap 90% interval over the seeds
+    speedup_vs_baseline: float | None = None  # ratio of median TTAs (train clock)
+    # 90% interval over the seeds (outcome.speedup_interval); absent with fewer than 3 runs a side
+    speedup_ci_low: float | None = None
     speedup_ci_high: float | None = None
+    # process start to the evaluation that met the target (start-up, data, compile, evaluations included),
+    # medians over the same fresh-process confirmation runs
+    wall_to_target_seconds_median: float | None = None
+    baseline_wall_to_target_seconds_median: float | None = None
+    wall_speedup_vs_baseline: float | None = None
+    # confirm.ablation: knob -> speed-up lost when the winner trains with it set back to the baseline's value
+    # (a lower bound for the knobs listed in ablation_at_least: set back, the runs missed the target)
+    ablation: dict[str, float] | None = None
+    ablation_at_least: list[str] | None = None
     environment: dict[str, Any] | None = None
 
 

@@ -98,10 +98,13 @@ class Sampler(_Strict):
 
 class Confirm(_Strict):
     top_k: int = Field(3, ge=1)
-    repeats: int = Field(0, ge=0)  # 0 turns confirmation runs off
+    # Runs per recipe, each in a fresh process; 0 turns confirmation off. A speed-up interval needs >= 3.
+    repeats: int = Field(3, ge=0)
     # more interleaved rounds, up to this many in all, while the winner's speed-up interval overlaps the
-    # runner-up's (0: exactly `repeats`)
+    # runner-up's (0: exactly `repeats`); every look then uses a stricter level (outcome.sequential_confidence)
     max_repeats: int = Field(0, ge=0)
+    # re-time the winner with each knob that differs from the baseline set back, one at a time (ablation.py)
+    ablation: bool = False
 
     @model_validator(mode="after")
     def _at_least_repeats(self) -> "Confirm":

@@ -232,6 +232,8 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
     if outcome.confirmation is not None:
         print(file=console)
         print(format_confirmation(outcome.confirmation), file=console, flush=True)
+        if outcome.confirmation.ablation_interrupted:  # the confirmation stands; the exit says interrupted
+            outcome.interrupted = outcome.confirmation_interrupted = True
 
 
 def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent_id: str) -> Path:

@@ -41,15 +41,53 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
         measured.speedup_vs_baseline = m.get(t.M_CONFIRM_SPEEDUP)
         measured.speedup_ci_low = m.get(t.M_CONFIRM_SPEEDUP_CI_LOW)
         measured.speedup_ci_high = m.get(t.M_CONFIRM_SPEEDUP_CI_HIGH)
+        measured.wall_to_target_seconds_median = m.get(t.M_CONFIRM_WALL_MEDIAN)
+        measured.baseline_wall_to_target_seconds_median = m.get(t.M_CONFIRM_BASELINE_WALL_MEDIAN)
+        measured.wall_speedup_vs_baseline = m.get(t.M_CONFIRM_WALL_SPEEDUP)
+        _add_ablation(measured, parent.data.tags.get(t.TAG_ABLATION))
     recipe.measured = measured
-    how = (f"median of {measured.repeats} confirmation runs with new seeds" if measured.confirmed else
-           "one search measurement, unconfirmed (set confirm.repeats > 0 for medians and a speed-up)")
+    how = (f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"
+           if measured.confirmed else
+           "one search measurement, unconfirmed (set confirm.repeats >= 3 for medians, a speed-up and its interval)")
     header = (f"# Exported by autospeed from search '{name}' ({measured.search_id}), trial {best.trial_id}.\n"
               f"# TTA is train-clock seconds to {recipe.resolved_target.describe()} on "
               f"{f'{recipe.workers} data-parallel workers (one device each) on ' if recipe.workers > 1 else ''}"
               f"{env.get('device_name', 'the search machine')}, "
               f"{how}; `measured` is ignored by training.\n")
     return header + recipe.to_yaml(), best
+
+
+def _add_ablation(measured: Measured, tag: str | None) -> None:
+    """measured.ablation from the parent's ablation tag (search/ablation.py): knob -> speed-up lost."""
+    if not tag:
+        return
+    record = json.loads(tag)
+    measured.ablation = {k: v["speedup_lost"] if v["speedup_lost"] is not None else v["speedup_lost_at_least"]
+                         for k, v in record.items() if (v["speedup_lost"] or v["speedup_lost_at_least"]) is not None}
+    measured.ablation_at_least = [k for k, v in record.items() if v["speedup_lost_at_least"] is not None] or None
+
+
+def speedup_lines(measured: Measured | None) -> list[str]:
+    """What `autospeed export` prints about the speed-up: train clock with its interval, and wall."""
+    if measured is None or not measured.confirmed or measured.speedup_vs_baseline is None:
+        return []
+    if measured.speedup_ci_low is not None and measured.speedup_ci_high is not None:
+        interval = f", 90% interval {measured.speedup_ci_low:.2f}x to {measured.speedup_ci_high:.2f}x"
+    elif measured.speedup_ci_low is not None:
+        interval = f", 90% interval from {measured.speedup_ci_low:.2f}x (unbounded above)"
+    else:
+        interval = f", no interval: {'too few repeats for an interval' if (measured.repeats or 0) < 3 else 'too many missed targets'}"
+    lines = [f"speed-up over the baseline: {measured.speedup_vs_baseline:.2f}x on the train clock "
+             f"(median of {measured.repeats} fresh-process runs each{interval})"]
+    if measured.wall_speedup_vs_baseline is not None:
+        lines.append(f"speed-up over the baseline: {measured.wall_speedup_vs_baseline:.2f}x on the wall to target "
+                     f"(process start to target: {measured.baseline_wall_to_target_seconds_median:.2f} s -> "
+                     f"{measured.wall_to_target_seconds_median:.2f} s)")
+    if measured.ablation:
+        parts = [f"{k} {'>=' if k in (measured.ablation_at_least or []) else ''}{v:.2f}x"
+                 for k, v in sorted(measured.ablation.items(), key=lambda kv: -kv[1])]
+        lines.append("speed-up lost without each knob (ablation): " + ", ".join(parts))
+    return lines
 
 
 def export(client, name: str, out: str | os.PathLike) -> tuple[Path, res.TrialRow]:

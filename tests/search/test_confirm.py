@@ -11,10 +11,9 @@ import pytest
 import yaml
 
 from autospeed.track import layout as t
-from autospeed.outcome import Status
+from autospeed.outcome import sequential_confidence
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import Candidate, _decide, fresh_process_for
-from autospeed.train.process import LeanProcess, train_in_fresh_process
+from autospeed.search.confirm import Candidate, _decide
 
 
 REPEATS, TOP_K = 2, 1  # the shared search's confirm section (tests/conftest.py)
@@ -31,10 +30,9 @@ def searched(finished_search):
 def test_confirm_runs_are_child_runs_interleaved(searched):
     parent = searched.runs(t.KIND_SEARCH)[0]
     confirm = searched.runs(t.KIND_CONFIRM)
-    # the baseline's trial is its first sample (it was not picked as the best of many): one run fewer
-    assert len(confirm) == (TOP_K + 1) * REPEATS - 1
-    baseline_trial = next(r for r in searched.runs(t.KIND_TRIAL) if r.data.tags[t.TAG_BASELINE] == "true")
-    assert parent.data.tags[t.TAG_CONFIRM_CARRIED] == baseline_trial.data.tags[t.TAG_TRIAL_ID]
+    # every recipe, the baseline included, `repeats` fresh runs: no search trial is pooled in as a sample
+    assert len(confirm) == (TOP_K + 1) * REPEATS
+    assert t.TAG_CONFIRM_CARRIED not in parent.data.tags
     trial_ids = {r.data.tags[t.TAG_TRIAL_ID] for r in searched.runs(t.KIND_TRIAL)}
     for run in confirm:
         tags = run.data.tags
@@ -44,32 +42,48 @@ def test_confirm_runs_are_child_runs_interleaved(searched):
         assert tags[t.TAG_STATUS] in ("reached", "not_reached")
         assert "batch_size" in run.data.params and "seed" in run.data.params
         assert t.M_BEST_VAL_ACCURACY in run.data.metrics
-    assert sum(r.data.tags[t.TAG_BASELINE] == "true" for r in confirm) == REPEATS - 1
+    assert sum(r.data.tags[t.TAG_BASELINE] == "true" for r in confirm) == REPEATS
     # new seeds, one per repeat, never the search's seed
     assert {r.data.params["seed"] for r in confirm} == {str(1000 + i) for i in range(REPEATS)}
-    # interleaved by rounds, by start time: A | A B (the baseline's round 0 is its trial)
+    # interleaved by rounds, by start time: A B | A B | A B
     by_start = sorted(confirm, key=lambda r: r.info.start_time)
     rounds = [int(r.data.tags[t.TAG_CONFIRM_REPEAT]) for r in by_start]
-    assert rounds == sorted(rounds) and rounds.count(0) == TOP_K and rounds.count(1) == TOP_K + 1
-    assert [r.data.tags[t.TAG_BASELINE] for r in by_start][-1] == "true"
+    assert rounds == sorted(rounds) and all(rounds.count(r) == TOP_K + 1 for r in range(REPEATS))
+    assert [r.data.tags[t.TAG_BASELINE] for r in by_start] == ["false", "true"] * REPEATS
 
 
-def test_export_measured_has_confirmation(searched, tmp_path):
+def _confirm_samples(searched, baseline: bool, metric: str) -> list[float]:
+    return [r.data.metrics[metric] for r in searched.runs(t.KIND_CONFIRM)
+            if r.data.tags[t.TAG_BASELINE] == str(baseline).lower()]
+
+
+def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searched, tmp_path):
+    """Every exported figure is recomputed here from the confirmation runs MLflow holds: the medians, the
+    interval (outcome.speedup_interval over exactly those samples, the baseline's trial not among them)
+    and the wall-to-target speed-up."""
+    from autospeed.outcome import speedup_interval
+
     assert "confirmed best" in searched.stdout and "median TTA" in searched.stdout
     out = tmp_path / "best.yaml"
     proc = searched.cli("export", "--name", searched.name, "--tracking-uri", searched.uri, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
     assert measured["confirmed"] is True and measured["repeats"] == REPEATS
-    assert measured["speedup_ci_low"] <= measured["speedup_vs_baseline"] <= measured["speedup_ci_high"]
-    assert measured["tta_seconds_min"] <= measured["tta_seconds_median"] <= measured["tta_seconds_max"]
-    assert measured["baseline_tta_seconds_median"] > 0
-    baseline_ttas = [r.data.metrics[t.M_TTA] for r in searched.runs(t.KIND_TRIAL) + searched.runs(t.KIND_CONFIRM)
-                     if r.data.tags[t.TAG_BASELINE] == "true"]  # its trial's and its confirmation runs'
-    assert len(baseline_ttas) == REPEATS
-    assert measured["baseline_tta_seconds_median"] == pytest.approx(statistics.median(baseline_ttas))
-    assert measured["speedup_vs_baseline"] == pytest.approx(
-        measured["baseline_tta_seconds_median"] / measured["tta_seconds_median"])
+    base, best = _confirm_samples(searched, True, t.M_TTA), _confirm_samples(searched, False, t.M_TTA)
+    assert len(base) == len(best) == REPEATS
+    assert measured["baseline_tta_seconds_median"] == pytest.approx(statistics.median(base))
+    assert measured["tta_seconds_median"] == pytest.approx(statistics.median(best))
+    assert (measured["tta_seconds_min"], measured["tta_seconds_max"]) == pytest.approx((min(best), max(best)))
+    assert measured["speedup_vs_baseline"] == pytest.approx(statistics.median(base) / statistics.median(best))
+    low, high = speedup_interval(base, best)
+    assert low is not None and high is not None
+    assert (measured["speedup_ci_low"], measured["speedup_ci_high"]) == pytest.approx((low, high))
+    base_wall = _confirm_samples(searched, True, "wall_to_target_seconds")
+    best_wall = _confirm_samples(searched, False, "wall_to_target_seconds")
+    assert all(w >= tta for w, tta in zip(best_wall, best))  # start-up, data and evaluations included
+    assert measured["wall_speedup_vs_baseline"] == pytest.approx(
+        statistics.median(base_wall) / statistics.median(best_wall))
+    assert "on the train clock" in proc.stdout and "on the wall to target" in proc.stdout
     parent = searched.runs(t.KIND_SEARCH)[0]
     assert measured["trial_id"] == parent.data.tags["autospeed.confirmed_best_trial"]
     assert measured["environment"]["device"] == "cpu"
@@ -120,43 +134,69 @@ def test_median_missing_when_most_runs_miss_target():
     assert c.median is None and c.reached == [3.0]
 
 
-def test_confirmation_runs_train_outside_the_driver_in_one_lean_process_on_a_cpu_and_fresh_ones_on_a_gpu(
-        write_plugin, tmp_path):
-    """Confirmation runs never train in the driver (its Ray and MLflow state slows small steps down): on a CPU
-    one lean process trains them all; on a GPU each pays a production run's cold start in a new process."""
-    write_plugin("pid_plugin", """
-        import os
-        import torch
-        from torch import nn
-        from autospeed.workloads import Workload
+PID_PLUGIN = """
+    import os
+    import torch
+    from torch import nn
+    from autospeed.workloads import Workload
 
-        def pids(out: str = ""):
-            def build():
-                with open(out, "a") as f:
-                    f.write(f"{os.getpid()}\\n")
-                return nn.Linear(3, 2)
-            x, y = torch.randn(64, 3), (torch.arange(64) % 2)
-            x[:, 0] += y * 4  # separable: reaches the target
-            return Workload(name="pids", train_x=x, train_y=y, val_x=x, val_y=y, num_classes=2, build_model=build)
-    """)
+    def pids(out: str = ""):
+        def build():
+            with open(out, "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            return nn.Linear(3, 2)
+        x, y = torch.randn(64, 3), (torch.arange(64) % 2)
+        x[:, 0] += y * 4  # separable: reaches the target
+        return Workload(name="pids", train_x=x, train_y=y, val_x=x, val_y=y, num_classes=2, build_model=build)
+"""
+
+
+def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_run_in_a_fresh_process(
+        write_plugin, tmp_path, new_store):
+    """Confirmation and ablation runs train through one path on every device (train_like_production): each
+    run in a new process, never this one, as `autospeed train` does. The ablation sets one differing knob
+    back at a time (warmup_fraction with its schedule), runs the winner beside it with the same seeds, and
+    records the speed-up lost as the ratio of those medians."""
+    from mlflow.tracking import MlflowClient
+
+    from autospeed.search.ablation import knobs_to_ablate, run_ablation
+    from autospeed.search.confirm import ConfirmOutcome
+    from autospeed.space import SearchSpec
+    from autospeed.track.export import _add_ablation
+    from autospeed.recipe import Measured
+
+    write_plugin("pid_plugin", PID_PLUGIN)
     out = tmp_path / "pids.txt"
-    recipe = Recipe(workload="pid_plugin:pids", workload_options={"out": str(out)}, target_accuracy=0.9,
-                    batch_size=16, lr=0.1, epochs=20, eval_every_epochs=1, device="cpu")
+    common = dict(workload="pid_plugin:pids", workload_options={"out": str(out)}, target_accuracy=0.9,
+                  batch_size=16, epochs=20, eval_every_epochs=1, device="cpu")
+    winner, base = Recipe(lr=0.1, **common), Recipe(lr=0.01, **common)
+    assert knobs_to_ablate(winner, base) == [("lr", {"lr": 0.01})]
+    assert knobs_to_ablate(winner.model_copy(update={"schedule": "cosine", "warmup_fraction": 0.1}), base) == [
+        ("lr", {"lr": 0.01}), ("schedule+warmup_fraction", {"schedule": "constant", "warmup_fraction": 0.0})]
 
-    with LeanProcess() as lean:
-        results = [lean.train(recipe.model_copy(update={"seed": s}), 1) for s in (1, 2)]
-    assert all(r.status == Status.REACHED and r.tta_seconds is not None for r in results)
-    lean_pids = [int(p) for p in out.read_text().split()]
-    assert len(lean_pids) == 2 and len(set(lean_pids)) == 1 and os.getpid() not in lean_pids
-    assert fresh_process_for(recipe) is False  # on a CPU: the lean process trains
+    spec = SearchSpec.model_validate({
+        "name": "ablate", "workload": "pid_plugin:pids", "target_accuracy": 0.9,
+        "budget": {"trials": 1, "max_train_seconds": 30}, "confirm": {"top_k": 1, "repeats": 2, "ablation": True},
+        "resources": {"gpus_per_trial": 0, "cpus_per_trial": 1}, "space": {"lr": {"loguniform": [0.01, 0.1]}}})
+    client = MlflowClient(new_store(tmp_path / "store"))
+    parent = client.get_run(client.create_run(client.create_experiment("ablate")).info.run_id)
+    outcome = ConfirmOutcome([], 3, Candidate("t1", False, None, winner, ttas=[1.0] * 3),
+                             Candidate("t0", True, None, base, ttas=[4.0] * 3))
+    ablated = run_ablation(client, spec, parent, "s1", outcome, 2, console=open(os.devnull, "w"))
 
-    out.unlink()
-    results = [train_in_fresh_process(recipe, 1) for _ in range(2)]
-    assert all(r.status == Status.REACHED for r in results)
-    fresh_pids = [int(p) for p in out.read_text().split()]
-    assert len(set(fresh_pids)) == 2 and os.getpid() not in fresh_pids
-
-
+    pids = [int(p) for p in out.read_text().split()]
+    assert len(pids) == 4 and len(set(pids)) == 4 and os.getpid() not in pids  # 2 rounds x (winner, lr)
+    (lr,) = ablated
+    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{t.TAG_KIND}` = 'ablation'")
+    assert sorted(r.data.tags[t.TAG_ABLATION_KNOB] for r in runs) == ["lr", "lr", "none", "none"]
+    by_knob = {k: [r for r in runs if r.data.tags[t.TAG_ABLATION_KNOB] == k] for k in ("lr", "none")}
+    assert {r.data.params["lr"] for r in by_knob["lr"]} == {"0.01"}
+    assert {r.data.params["seed"] for r in by_knob["lr"]} == {r.data.params["seed"] for r in by_knob["none"]}
+    medians = {k: statistics.median(r.data.metrics[t.M_TTA] for r in v) for k, v in by_knob.items()}
+    assert lr.lost == pytest.approx(medians["lr"] / medians["none"])
+    measured = Measured()
+    _add_ablation(measured, client.get_run(parent.info.run_id).data.tags[t.TAG_ABLATION])
+    assert measured.ablation == {"lr": pytest.approx(lr.lost)}
 
 
 # ---------------------------------------------------------------- confirm.max_repeats
@@ -174,19 +214,27 @@ def test_rounds_are_added_while_the_winner_overlaps_the_runner_up_up_to_max_repe
 
     from autospeed.search.confirm import confirm_rounds
 
-    assert confirm_rounds([a, b, base], repeats=2, max_repeats=5, run_round=run_round) == 5
-    assert order == ["a", "b", "base"] * 5  # interleaved, every round
+    level = sequential_confidence(3, 7)
+    assert confirm_rounds([a, b, base], repeats=3, max_repeats=7, run_round=run_round, confidence=level) == 7
+    assert order == ["a", "b", "base"] * 7  # interleaved, every round
 
 
-def test_no_round_is_added_once_the_winner_separates_from_the_runner_up():
+def test_rounds_stop_at_the_first_look_where_the_winner_separates_at_the_sequential_level():
+    """Looks after `repeats` rounds use the stricter per-look level (Bonferroni over the planned looks):
+    the rounds stop at the first look where the winner's interval, at that level, clears the runner-up's,
+    never earlier (at the plain 90% level they would stop sooner: optional stopping)."""
     fast, slow, base = _cand("fast", []), _cand("slow", []), _cand("base", [], baseline=True)
-    ttas = {"fast": [1.0, 1.1], "slow": [4.0, 4.2], "base": [8.0, 8.4]}
+    ttas = {"fast": [1.0, 1.1, 1.05], "slow": [4.0, 4.2, 4.1], "base": [8.0, 8.4, 8.2]}
 
     def run_round(r: int) -> None:
         for c in (fast, slow, base):
-            c.ttas.append(ttas[c.trial_id][r % 2])
+            c.ttas.append(ttas[c.trial_id][r % 3])
 
     from autospeed.search.confirm import confirm_rounds, separated
 
-    assert confirm_rounds([fast, slow, base], repeats=2, max_repeats=5, run_round=run_round) == 2
-    assert separated([fast, slow, base])
+    level = sequential_confidence(3, 7)
+    assert level > 0.9
+    rounds = confirm_rounds([fast, slow, base], repeats=3, max_repeats=7, run_round=run_round, confidence=level)
+    assert 3 <= rounds < 7 and separated([fast, slow, base], level)
+    cut = [_cand(c.trial_id, c.ttas[:rounds - 1], c.baseline) for c in (fast, slow, base)]
+    assert rounds == 3 or not separated(cut, level)  # the look before did not separate

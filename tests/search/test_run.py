@@ -256,12 +256,14 @@ def test_a_loss_target_search_ranks_stops_confirms_exports_and_reports_in_the_lo
         assert (m["best_value"] <= 0.2) == (status == "reached") == ("tta_seconds" in m)
     assert any(r.data.tags["autospeed.status"] == "reached" for r in trials)
     confirms = [r for r in runs if r.data.tags["autospeed.kind"] == "confirm"]
-    # repeats 1: the best recipe once; the baseline's trial is the baseline's one sample
-    assert len(confirms) == 1 and all("best_val_loss" in r.data.metrics for r in confirms)
-    assert confirms[0].data.tags["autospeed.baseline"] == "false"
+    # repeats 1: the best recipe and the baseline once each, in fresh processes: a speed-up, no interval
+    assert len(confirms) == 2 and all("best_val_loss" in r.data.metrics for r in confirms)
+    assert sorted(r.data.tags["autospeed.baseline"] for r in confirms) == ["false", "true"]
+    assert "too few repeats for an interval" in proc.stdout
 
     best = yaml.safe_load(next((tmp_path / "runs" / "loss-target").glob("*/best.yaml")).read_text())
     assert best["target"] == {"metric": "val_loss", "mode": "min", "value": 0.2} and "target_accuracy" not in best
+    assert best["measured"]["repeats"] == 1 and "speedup_ci_low" not in best["measured"]  # no interval from 1 run
 
     data = collect(client, "loss-target")
     assert (data.target_metric, data.target_mode, data.target) == ("val_loss", "min", 0.2)

@@ -11,6 +11,7 @@ Figures:
     tradeoff.png    TTA (or train seconds used) against the best value of the target metric
     importance.png  Optuna's parameter importances over the search's study
     confirm.png     confirmation medians with min and max (when confirmation ran)
+    ablation.png    speed-up lost without each knob, and its share (when confirm.ablation ran)
     probe.png       steady-state samples/s per systems configuration and batch size, OOMs marked
                     (when the probe stage ran)
 """
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autospeed.show.report.data import SearchData, collect, experiment_dir
-from autospeed.show.report.figures import (plot_confirm, plot_curves, plot_importance, plot_probes, plot_tradeoff,
+from autospeed.show.report.figures import (plot_ablation, plot_confirm, plot_curves, plot_importance, plot_probes, plot_tradeoff,
                                            plot_tta)
 from autospeed.show.report.page import render_html
+from autospeed.track import layout as t
 from autospeed.track import runs as res
 from autospeed.yamlio import write_atomic
 
@@ -70,6 +72,11 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     if any(c.reached for c in d.confirmed):
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
+    if d.ablation:
+        figures["ablation"] = (plot_ablation(d, d.parent.data.metrics.get(t.M_CONFIRM_SPEEDUP), out / "ablation.png"),
+                               "Why it is faster: the winner re-timed with each knob that differs from the baseline "
+                               "set back to the baseline's value, one at a time, in fresh processes beside the winner "
+                               "itself (same seeds); the share is log(lost) / log(confirmed speed-up)")
     if d.probes:
         figures["probe"] = (plot_probes(d, out / "probe.png"),
                             "Probe: steady-state samples/s of each systems configuration at each batch size of the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import warnings
@@ -77,6 +78,7 @@ class SearchData:
     target_mode: str = "max"
     probes: list[ProbeRow] = field(default_factory=list)
     probe_fixed: str | None = None  # what the probe fixed (the parent's tag, JSON)
+    ablation: dict[str, dict[str, Any]] = field(default_factory=dict)  # knob -> search/ablation.py's record
 
     @property
     def metric_label(self) -> str:
@@ -217,6 +219,7 @@ def collect(client, name: str, searches: Path | None = None) -> SearchData:
         target=target.value, target_metric=target.metric, target_mode=target.mode,
         max_train_seconds=_float_param(rows, parent, "max_train_seconds", "budget.max_train_seconds"),
         importances=imp, environment=env, run_names=names, notes=[why] if why else [],
-        probes=probe_rows(children), probe_fixed=parent.data.tags.get(t.TAG_PROBE_FIXED))
+        probes=probe_rows(children), probe_fixed=parent.data.tags.get(t.TAG_PROBE_FIXED),
+        ablation=json.loads(parent.data.tags.get(t.TAG_ABLATION) or "{}"))
 
 

@@ -41,8 +41,13 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
              ("speed-up (search)", _fmt(summary[t.M_SPEEDUP], "x")),
              ("trials", f"{summary['trials_total']}")]
     if t.M_CONFIRM_MEDIAN in m:
+        low, high = m.get(t.M_CONFIRM_SPEEDUP_CI_LOW), m.get(t.M_CONFIRM_SPEEDUP_CI_HIGH)
+        interval = (f"{low:.2f}x to {high:.2f}x" if low is not None and high is not None else
+                    "too few repeats for an interval" if m.get(t.M_CONFIRM_REPEATS, 0) < 3 else "none")
         cards += [("confirmed median TTA", _fmt(m.get(t.M_CONFIRM_MEDIAN), " s")),
-                  ("confirmed speed-up", _fmt(m.get(t.M_CONFIRM_SPEEDUP), "x"))]
+                  ("confirmed speed-up (train clock)", _fmt(m.get(t.M_CONFIRM_SPEEDUP), "x")),
+                  ("its 90% interval", interval),
+                  ("speed-up on the wall to target", _fmt(m.get(t.M_CONFIRM_WALL_SPEEDUP), "x"))]
     env = d.environment
     where = ", ".join(f"{k} {env[k]}" for k in ("device_name", "cpu_count", "torch", "cuda", "autospeed") if k in env)
     placement = res.placement_note(d.rows)

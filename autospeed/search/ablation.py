@@ -1,0 +1,183 @@
+"""The ablation (`confirm.ablation`): why the confirmed winner is faster, one knob at a time.
+
+After confirmation, the winner is trained again with each knob that differs from the baseline
+set back to the baseline's value, one knob at a time, `confirm.repeats` interleaved rounds, each
+run in a fresh process like every confirmation run. The winner itself runs again in the same
+rounds with the same seeds, so each knob is judged side by side with its reference, never
+against samples taken earlier:
+
+    speed-up lost without knob k = median TTA with k set back / median TTA of the winner (same rounds)
+
+Above 1: the knob helps. Its share of the speed-up is log(lost) / log(confirmed speed-up): the
+shares add up to 1 when the knobs' effects multiply, and the remainder is their interaction. A
+knob set back whose runs miss the target within the winner's budget loses at least
+max_train_seconds / the winner's median: recorded as that lower bound and said so.
+
+Not ablated: what is not a speed knob (the workload, target, budget, epochs, evaluation cadence,
+seed, device). `warmup_fraction` goes back with `schedule` when both differ (a warm-up belongs to
+its schedule). A set-back recipe that is not valid (e.g. a micro-batch that no longer divides the
+batch) is skipped, said so.
+
+Each run is an MLflow child run with `autospeed.kind=ablation` and `autospeed.ablation_knob`; the
+parent gets the tag `autospeed.ablation` (JSON, knob -> values, medians, lost, share) and
+ablation.txt; `autospeed export` writes `measured.ablation` (knob -> speed-up lost) from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from autospeed.track import layout as t
+from autospeed.recipe import Recipe
+from autospeed.search.confirm import (SEED_OFFSET, Candidate, ConfirmOutcome, describe, end_killed, start_run,
+                                      train_like_production)
+from autospeed.space import SearchSpec
+
+NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
+                             "epochs", "eval_every_epochs", "seed", "device", "measured"})
+GOES_WITH = {"warmup_fraction": "schedule"}  # set back together with its parent knob when both differ
+
+
+@dataclass
+class Ablated:
+    """The winner with one knob (or knob group) set back to the baseline's value, and its reference runs."""
+
+    knob: str  # "batch_size", or "schedule+warmup_fraction"
+    set_back: dict[str, Any]  # field -> the baseline's value
+    winner_values: dict[str, Any]  # field -> the winner's value
+    runs: Candidate
+    reference: Candidate  # the winner, trained in the same rounds with the same seeds
+
+    @property
+    def lost(self) -> float | None:
+        """Median TTA without the knob / the winner's median (inf: the median run missed the target)."""
+        ref = self.reference.median
+        if ref is None:
+            return None
+        return math.inf if self.runs.median is None else self.runs.median / ref
+
+    @property
+    def lost_at_least(self) -> float | None:
+        """For a set-back recipe whose median run missed: the speed-up lost is at least its budget over
+        the winner's median."""
+        if self.lost is None or math.isfinite(self.lost):
+            return None
+        return self.runs.recipe.max_train_seconds / self.reference.median
+
+    def share(self, speedup: float | None) -> float | None:
+        """This knob's share of the confirmed speed-up, on the log scale."""
+        lost = self.lost if self.lost is not None and math.isfinite(self.lost) else self.lost_at_least
+        if lost is None or speedup is None or speedup <= 1.0 or lost <= 0:
+            return None
+        return math.log(lost) / math.log(speedup)
+
+    def as_dict(self, speedup: float | None) -> dict[str, Any]:
+        return {"set_back": self.set_back, "winner": self.winner_values, "median_tta_seconds": self.runs.median,
+                "winner_median_tta_seconds": self.reference.median, "reached": f"{len(self.runs.reached)}/"
+                f"{len(self.runs.ttas)}", "speedup_lost": _finite(self.lost), "speedup_lost_at_least":
+                self.lost_at_least, "share": self.share(speedup)}
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def knobs_to_ablate(winner: Recipe, baseline: Recipe) -> list[tuple[str, dict[str, Any]]]:
+    """(name, {field: the baseline's value}) for each speed knob where the winner differs, in recipe order."""
+    w, b = winner.training_fields(), baseline.training_fields()
+    differ = [k for k in w if k not in NOT_SPEED_KNOBS and w[k] != b[k]]
+    out = []
+    for k in differ:
+        if GOES_WITH.get(k) in differ:
+            continue  # set back with its parent below
+        group = [k, *(c for c, parent in GOES_WITH.items() if parent == k and c in differ)]
+        out.append(("+".join(group), {f: b[f] for f in group}))
+    return out
+
+
+def variants(winner: Candidate, baseline: Recipe) -> tuple[list[Ablated], list[str]]:
+    """The set-back recipes (ablated runs not yet trained) and the notes on knobs that could not be set back."""
+    reference = Candidate(winner.trial_id, False, None, winner.recipe, name="winner")
+    out, notes = [], []
+    for name, set_back in knobs_to_ablate(winner.recipe, baseline):
+        try:
+            recipe = Recipe.model_validate({**winner.recipe.training_fields(), **set_back})
+        except pydantic.ValidationError as e:
+            notes.append(f"{name}: not ablated, the winner with it set back is not a valid recipe "
+                         f"({e.errors()[0]['msg']})")
+            continue
+        values = {f: getattr(winner.recipe, f) for f in set_back}
+        out.append(Ablated(name, set_back, values, Candidate(winner.trial_id, False, None, recipe,
+                                                              name=f"without {name}"), reference))
+    return out, notes
+
+
+def run_ablation(client, spec: SearchSpec, parent, search_id: str, outcome: ConfirmOutcome, trials_total: int,
+                 console=sys.stdout) -> list[Ablated]:
+    """Train the ablation's rounds, log them, tag the parent. A Ctrl-C ends it early (the confirmation
+    stands): its runs are marked KILLED and `outcome.ablation_interrupted` is set."""
+    ablated, notes = variants(outcome.winner, outcome.baseline.recipe)
+    for note in notes:
+        print(f"ablation: {note}", file=console, flush=True)
+    if not ablated:
+        return []
+    reference = ablated[0].reference
+    rounds, order = spec.confirm.repeats, [reference, *(a.runs for a in ablated)]
+    total = rounds * len(order)
+    print(f"\nablation: the winner with each of {len(ablated)} knob(s) set back to the baseline's value "
+          f"({', '.join(a.knob for a in ablated)}), {rounds} interleaved rounds with the winner itself, "
+          f"each run in a fresh process ({total} runs)", file=console, flush=True)
+    done = 0
+    try:
+        for r in range(rounds):
+            for c in order:
+                seed = outcome.winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
+                recipe = c.recipe.model_copy(update={"seed": seed})
+                knob = c.name.removeprefix("without ") if c is not reference else "none"
+                run_id = start_run(client, parent, search_id, c, r, recipe, trials_total, t.KIND_ABLATION,
+                                   {t.TAG_ABLATION_KNOB: knob})
+                result = train_like_production(recipe, spec)
+                t.finish_run(client, run_id, recipe, result)
+                c.record(result)
+                done += 1
+                print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}",
+                      file=console, flush=True)
+    except KeyboardInterrupt:
+        end_killed(client, parent, t.KIND_ABLATION)
+        outcome.ablation_interrupted = True
+        print("\nablation interrupted: the confirmation stands; no ablation is recorded", file=sys.stderr)
+        return []
+    except BaseException:
+        end_killed(client, parent, t.KIND_ABLATION)
+        raise
+    record = {a.knob: a.as_dict(outcome.speedup) for a in ablated}
+    t.log_batch(client, parent.info.run_id, tags={t.TAG_ABLATION: json.dumps(record, sort_keys=True)[:5000]})
+    text = format_ablation(ablated, outcome.speedup)
+    client.log_text(parent.info.run_id, text, "ablation.txt")
+    print(text, file=console, flush=True)
+    return ablated
+
+
+def format_ablation(ablated: list[Ablated], speedup: float | None) -> str:
+    """A plain-text table: each knob, what it was set back to, the median TTA, the speed-up lost, its share."""
+    lines = ["ablation: the winner with one knob set back to the baseline's value (TTA in train-clock seconds)",
+             f"  {'knob':<28} {'winner -> baseline':<28} {'median':>8} {'reached':>8} {'lost':>8} {'share':>6}"]
+    for a in sorted(ablated, key=lambda a: -(a.share(speedup) or 0.0)):
+        change = ", ".join(f"{a.winner_values[f]} -> {v}" for f, v in a.set_back.items())
+        median = f"{a.runs.median:.2f}" if a.runs.median is not None else "missed"
+        lost = (f">={a.lost_at_least:.2f}x" if a.lost_at_least is not None else
+                f"{a.lost:.2f}x" if a.lost is not None else "-")
+        share = a.share(speedup)
+        lines.append(f"  {a.knob[:28]:<28} {change[:28]:<28} {median:>8} "
+                     f"{len(a.runs.reached):>4}/{len(a.runs.ttas):<3} {lost:>8} "
+                     f"{f'{share:.0%}' if share is not None else '-':>6}")
+    ref = ablated[0].reference
+    lines.append(f"  winner (same rounds): median {ref.median:.2f} s" if ref.median is not None
+                 else "  winner (same rounds): its median run missed the target")
+    return "\n".join(lines)
