@@ -165,3 +165,47 @@ def test_relative_link_resolves(path, target):
     assert resolved.exists(), f"{path.relative_to(ROOT)}: link {target} points at nothing"
     if anchor and resolved.suffix == ".md":
         assert anchor in _anchors(resolved), f"{path.relative_to(ROOT)}: no heading #{anchor} in {file or path.name}"
+
+
+# ---------------------------------------------------------------- README figures = their results files
+_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")  # a decimal figure: 4.81, 0.16 (not 2.14.1, not v3)
+_RESULTS_LINK = re.compile(r"\]\((experiments/results/[^)#]+)(?:#[^)]*)?\)")
+
+
+def _readme_figures() -> list[tuple[int, str, str, list[Path]]]:
+    """(line number, figure, the line, the results files it cites) for every decimal figure of a README line
+    that cites a results file: the result column of the Results table, and the example's sentences."""
+    out = []
+    for number, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1):
+        files = [ROOT / f for f in _RESULTS_LINK.findall(line)]
+        if not files:
+            continue
+        cells = line.split("|")
+        text = cells[3] if line.startswith("|") and len(cells) > 4 else _RESULTS_LINK.sub("", line)
+        out += [(number, figure, line, files) for figure in _NUMBER.findall(text)]
+    return out
+
+
+def test_every_readme_figure_is_in_the_results_file_it_cites():
+    """A number in the README comes from the results file its line cites: regenerating a file and not the
+    README (or the reverse) fails here."""
+    figures = _readme_figures()
+    assert len(figures) >= 15  # the Results table and the example are read
+    stale = [f"README.md:{n}: {figure} not in {', '.join(p.name for p in files)}"
+             for n, figure, line, files in figures
+             if not any(p.is_file() and figure in p.read_text() for p in files)]
+    assert not stale, "\n".join(stale)
+
+
+def test_the_readme_example_output_is_the_results_files():
+    """The 30-second example's output block is copied from example_smoke.md, line for line."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## A 30-second example", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    # the example ran in an empty temporary folder: the README shows paths relative to it
+    source = re.sub(r"/tmp/autospeed-example-\w+/", "", (ROOT / "experiments/results/example_smoke.md").read_text())
+    def found(line: str) -> bool:  # `<search id>` stands for the search's id; a trailing ... elides the rest
+        pattern = re.escape(line.strip().removesuffix("...").rstrip()).replace(re.escape("<search id>"), r"[\w-]+")
+        return re.search(pattern, source) is not None
+
+    missing = [line for line in block.splitlines() if line.strip() not in ("", "...") and not found(line)]
+    assert not missing, missing
