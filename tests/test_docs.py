@@ -168,7 +168,7 @@ def test_relative_link_resolves(path, target):
 
 
 # ---------------------------------------------------------------- README figures = their results files
-_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")  # a decimal figure: 4.81, 0.16 (not 2.14.1, not v3)
+_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?![\d.])")  # a decimal figure: 4.81, 0.16 (not 2.14.1, not v3)
 _RESULTS_LINK = re.compile(r"\]\((experiments/results/[^)#]+)(?:#[^)]*)?\)")
 
 
