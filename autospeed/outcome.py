@@ -7,8 +7,8 @@ Standard library only.
 
 from __future__ import annotations
 
+import functools
 import math
-import random
 import statistics
 from enum import Enum
 from typing import Iterable, Sequence
@@ -100,31 +100,114 @@ def speedup(baseline_tta: float | None, tta: float | None) -> float | None:
     return baseline_tta / tta
 
 
-def speedup_interval(baseline_ttas: Sequence[float | None], ttas: Sequence[float | None],
-                     confidence: float = 0.9, resamples: int = 10_000,
-                     seed: int = 0) -> tuple[float | None, float | None]:
-    """Bootstrap interval of the ratio of median TTAs (baseline / candidate) over seeds.
+MIN_RUNS_FOR_INTERVAL = 3  # fewer runs on either side: no interval ("too few repeats for an interval")
 
-    Each side's repeats are resampled with replacement on their own (the seeds are
-    independent draws); a missed target counts as infinitely slow. Returns the
-    (low, high) percentiles; None for a bound whose resampled ratio is undefined
-    (the candidate's median a miss) and inf where the baseline's median is a miss.
+
+@functools.cache
+def _mann_whitney_counts(n: int, m: int) -> tuple[int, ...]:
+    """How many of the C(n+m, n) equally likely orderings of n + m exchangeable values give the Mann-Whitney
+    count U = u (pairs with the first sample's value above the second's), for u = 0 .. n*m: the exact null
+    distribution, by the recurrence on whether the largest value belongs to the first sample or the second."""
+    if n == 0 or m == 0:
+        return (1,)
+    with_first = _mann_whitney_counts(n - 1, m)  # the largest is the first sample's: it beats all m -> U += m
+    with_second = _mann_whitney_counts(n, m - 1)
+    counts = [0] * (n * m + 1)
+    for u, c in enumerate(with_first):
+        counts[u + m] += c
+    for u, c in enumerate(with_second):
+        counts[u] += c
+    return tuple(counts)
+
+
+def _order_index(n: int, m: int, confidence: float) -> int | None:
+    """The largest k such that [k-th smallest, k-th largest] of the n*m pairwise ratios covers a scale shift
+    with probability >= `confidence` (that probability is 1 - 2 P(U <= k-1) under the exact null); None when
+    not even [min, max] does (the level is not attainable with n and m runs)."""
+    counts = _mann_whitney_counts(n, m)
+    total = math.comb(n + m, n)
+    allowed = (1.0 - confidence) / 2.0 * total * (1.0 + 1e-9)  # 1 - 0.9 is 0.0999..98 in floating point
+    k, below = 0, 0
+    while k < len(counts) and below + counts[k] <= allowed:
+        below += counts[k]
+        k += 1
+    return k if k >= 1 and 2 * k <= n * m + 1 else None
+
+
+def attainable_confidence(n: int, m: int) -> float:
+    """The highest confidence a speed-up interval can have from n and m runs: that of [min, max] of the
+    pairwise ratios, 1 - 2 / C(n+m, n) (0.90 at 3 and 3, 0.971 at 4 and 4, 0.992 at 5 and 5)."""
+    return 1.0 - 2.0 / math.comb(n + m, n) if min(n, m) > 0 else 0.0
+
+
+def _pair_ratio(b: float, c: float, both_missed: float) -> float:
+    """b / c for TTAs where a miss is inf: a baseline miss is an infinite speed-up, a candidate miss zero,
+    and two misses `both_missed` (unknown: the caller takes the end least favourable to its bound)."""
+    if math.isinf(b) and math.isinf(c):
+        return both_missed
+    if math.isinf(c):
+        return 0.0
+    return math.inf if math.isinf(b) or c <= 0 else b / c
+
+
+def speedup_interval(baseline_ttas: Sequence[float | None], ttas: Sequence[float | None],
+                     confidence: float = 0.9) -> tuple[float | None, float | None]:
+    """Distribution-free interval of the speed-up, baseline / candidate median TTA, over seeds.
+
+    The Mann-Whitney (Hodges-Lehmann) interval for a shift on the log scale: of the n*m pairwise
+    ratios b_i / c_j, the k-th smallest to the k-th largest, k from the exact Mann-Whitney null
+    distribution. When the candidate's TTAs are the baseline's divided by a speed-up s (the two
+    distributions alike up to scale, whatever their shape), it covers s with probability >=
+    `confidence` for every n; at 3 and 3 runs the 90% interval is [min, max] of the 9 ratios, with
+    coverage exactly 0.90. A missed target counts as infinitely slow: a baseline miss makes a ratio
+    inf, a candidate miss 0, two misses count as 0 for the low end and inf for the high end. Coverage
+    under skewed, unequal and missing TTAs: experiments/results/interval_coverage.md.
+
+    Returns (low, high): (None, None) with fewer than MIN_RUNS_FOR_INTERVAL runs on either side or
+    when `confidence` is not attainable with these counts (attainable_confidence); low None when it
+    falls on a candidate's miss (the speed-up may be anything down to 0), high None when it does too
+    (the candidate misses more often than not), high inf when it falls on a baseline miss (unbounded).
+    interval_note says why in one line.
     """
-    if not baseline_ttas or not ttas:
-        return None, None
-    rng = random.Random(seed)
     base = [math.inf if x is None else float(x) for x in baseline_ttas]
     cand = [math.inf if x is None else float(x) for x in ttas]
-    ratios = []
-    for _ in range(resamples):
-        b = statistics.median(rng.choices(base, k=len(base)))
-        c = statistics.median(rng.choices(cand, k=len(cand)))
-        ratios.append(math.nan if math.isinf(c) else b / c)
-    ratios.sort(key=lambda r: -math.inf if math.isnan(r) else r)  # a candidate miss is the worst ratio
-    tail = (1.0 - confidence) / 2.0
+    if min(len(base), len(cand)) < MIN_RUNS_FOR_INTERVAL:
+        return None, None
+    k = _order_index(len(base), len(cand), confidence)
+    if k is None:
+        return None, None
+    low = sorted(_pair_ratio(b, c, 0.0) for b in base for c in cand)[k - 1]
+    high = sorted(_pair_ratio(b, c, math.inf) for b in base for c in cand)[-k]
+    return (low if low > 0.0 else None), (high if high > 0.0 else None)
 
-    def at(q: float) -> float | None:
-        r = ratios[min(len(ratios) - 1, max(0, int(q * len(ratios))))]
-        return None if math.isnan(r) else r
 
-    return at(tail), at(1.0 - tail)
+def interval_note(baseline_ttas: Sequence[float | None], ttas: Sequence[float | None],
+                  confidence: float = 0.9) -> str | None:
+    """One line saying why speedup_interval has no end (or only one) to print; None when both are defined."""
+    n, m = len(baseline_ttas), len(ttas)
+    if min(n, m) < MIN_RUNS_FOR_INTERVAL:
+        return (f"too few repeats for an interval ({n} baseline and {m} candidate runs; it needs "
+                f"{MIN_RUNS_FOR_INTERVAL} a side)")
+    if _order_index(n, m, confidence) is None:
+        return (f"too few repeats for an interval at {confidence:.1%} ({n} and {m} runs attain at most "
+                f"{attainable_confidence(n, m):.1%})")
+    low, high = speedup_interval(baseline_ttas, ttas, confidence)
+    if low is None or high is None:
+        return f"interval undefined: too many missed targets ({sum(x is None for x in ttas)} of {m} candidate runs)"
+    return None
+
+
+def sequential_confidence(repeats: int, max_repeats: int, confidence: float = 0.9) -> float:
+    """The per-look level for confirmation's adaptive repeats, so the interval it reports keeps `confidence`.
+
+    Confirmation looks after round `repeats`, `repeats` + 1, ..., `max_repeats` (L = max_repeats - repeats
+    + 1 planned looks) and stops at the first look whose intervals separate the winner. Each look's
+    interval misses the true speed-up with probability <= (1 - confidence) / L (Bonferroni), so whatever
+    look the rule stops at, the reported interval misses with probability <= 1 - confidence: the error
+    rate stated, for any stopping rule based on these looks (e.g. 10% over 5 looks, 2% each, for
+    repeats 3 and max_repeats 7). At small n so high a level may be unattainable (98% needs 5 runs a
+    side): that look's interval is undefined, so "not separated", and the rounds go on. With
+    max_repeats <= repeats there is one look: `confidence` itself.
+    """
+    looks = max(1, max_repeats - repeats + 1)
+    return 1.0 - (1.0 - confidence) / looks

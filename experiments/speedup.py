@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (RESULTS, ROOT, add_timing_arguments, describe_runs, provenance, results_header,  # noqa: E402
                      roomier_baseline, search_and_export, shown, time_interleaved, write_results)
 
-from autospeed.outcome import median_tta, speedup_interval  # noqa: E402
+from autospeed.outcome import interval_note, median_tta, speedup_interval  # noqa: E402
 from autospeed.recipe import load_recipe  # noqa: E402
 from autospeed.space import load_spec  # noqa: E402
 
@@ -122,7 +122,8 @@ def main() -> None:
     bound = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     if mb is not None and mw is not None:
         ratio = mb / mw
-        speedup = f"{ratio:.2f}x (Mann-Whitney 90% interval {bound(low)}-{bound(high)})"
+        why = interval_note(ttas["baseline"], ttas["exported"])
+        speedup = f"{ratio:.2f}x ({why})" if why else f"{ratio:.2f}x (Mann-Whitney 90% interval {bound(low)}-{bound(high)})"
         verdict = f"goal >= {args.goal:g}x: {'met' if ratio >= args.goal else 'NOT met'}" + (
             ", and by the interval's low end too" if ratio >= args.goal and low is not None
             and low >= args.goal else "")

@@ -119,7 +119,7 @@ class ConfirmOutcome:
         """Why there is no interval (too few repeats, too many missed targets), else None."""
         if not self.winner or not self.baseline:
             return None
-        return interval_note(self.baseline.ttas, self.winner.ttas)
+        return interval_note(self.baseline.ttas, self.winner.ttas, self.confidence)
 
 
 def _trial_recipe(client, run_id: str) -> Recipe:
