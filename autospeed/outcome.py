@@ -211,3 +211,45 @@ def sequential_confidence(repeats: int, max_repeats: int, confidence: float = 0.
     """
     looks = max(1, max_repeats - repeats + 1)
     return 1.0 - (1.0 - confidence) / looks
+
+
+# n x the variance of the median of n standard normal draws (simulated, 400,000 draws each; pi/2 beyond)
+_MEDIAN_VARIANCE = {3: 1.344, 4: 1.192, 5: 1.439, 6: 1.287, 7: 1.465, 8: 1.350, 9: 1.501, 10: 1.376, 11: 1.505,
+                    12: 1.411, 13: 1.517, 14: 1.434, 15: 1.527}
+REMEASURE_RUNS = 7  # the re-measurement the prediction is for: 7 fresh runs a side (experiments/speedup.py's)
+
+
+def remeasure_interval(baseline_ttas: Sequence[float | None], ttas: Sequence[float | None],
+                       runs_a_side: int = REMEASURE_RUNS,
+                       confidence: float = 0.9) -> tuple[float | None, float | None]:
+    """Predicted range of the speed-up a user measures again: the ratio of medians of `runs_a_side` new
+    fresh runs a side falls inside it with probability `confidence`. A prediction, not a measurement.
+
+    speedup_interval covers the true speed-up; a re-measurement has its own noise on top, so it falls
+    inside that interval less often (73-84% at 7 a side, experiments/results/interval_coverage.md). This
+    range adds it: on the log scale, the ratio of medians now and then differ by the noise of four
+    medians, var = s_b^2 (c(n)/n + c(r)/r) + s_c^2 (c(m)/m + c(r)/r) with s the log-TTA standard
+    deviation of each side and c(k) k times the variance of a median of k normal draws; a Student t
+    quantile with Welch-Satterthwaite degrees of freedom accounts for s being estimated. Its coverage
+    under log-normal TTAs is checked beside the interval's by the same simulation. (None, None) with fewer
+    than 3 runs a side or any missed target (then the spread of the TTAs is not known).
+    """
+    from scipy.stats import t as student_t
+
+    if min(len(baseline_ttas), len(ttas)) < MIN_RUNS_FOR_INTERVAL or any(x is None or x <= 0 for x in
+                                                                         [*baseline_ttas, *ttas]):
+        return None, None
+    log_b, log_c = [math.log(x) for x in baseline_ttas], [math.log(x) for x in ttas]
+    n, m, r = len(log_b), len(log_c), runs_a_side
+    c = lambda k: _MEDIAN_VARIANCE.get(k, math.pi / 2)  # noqa: E731
+    var_b, var_c = statistics.variance(log_b), statistics.variance(log_c)
+    now_b, now_c = var_b * c(n) / n, var_c * c(m) / m
+    spread = math.sqrt(now_b + now_c + (var_b + var_c) * c(r) / r)
+    if spread == 0.0:
+        centre = statistics.median(baseline_ttas) / statistics.median(ttas)
+        return centre, centre
+    df = (now_b + now_c) ** 2 / (now_b ** 2 / (n - 1) + now_c ** 2 / (m - 1)) if now_b + now_c > 0 else n + m - 2
+    half = student_t.ppf(0.5 + confidence / 2.0, df) * spread
+    centre = math.log(statistics.median(baseline_ttas)) - math.log(statistics.median(ttas))
+    return math.exp(centre - half), math.exp(centre + half)
+

@@ -96,6 +96,9 @@ class Measured(_Strict):
     # 90% interval over the seeds (outcome.speedup_interval); absent with fewer than 3 runs a side
     speedup_ci_low: float | None = None
     speedup_ci_high: float | None = None
+    # predicted (not measured): where the speed-up of a re-measurement with 7 fresh runs a side falls, 90%
+    remeasure_speedup_low: float | None = None
+    remeasure_speedup_high: float | None = None
     # process start to the evaluation that met the target (start-up, data, compile, evaluations included),
     # medians over the same fresh-process confirmation runs
     wall_to_target_seconds_median: float | None = None

@@ -64,7 +64,12 @@ def inside(ratio: float | None, measured: dict) -> str:
         return "no interval to check (the search printed none)"
     high_text = f"{high:.2f}" if high is not None else "unbounded"
     verdict = "inside" if low <= ratio and (high is None or ratio <= high) else "OUTSIDE"
-    return f"{ratio:.2f}x measured here is **{verdict}** the search's printed 90% interval {low:.2f}-{high_text}x"
+    text = f"{ratio:.2f}x measured here is **{verdict}** the search's printed 90% interval {low:.2f}-{high_text}x"
+    p_low, p_high = measured.get("remeasure_speedup_low"), measured.get("remeasure_speedup_high")
+    if p_low is not None and p_high is not None:
+        text += (f", and **{'inside' if p_low <= ratio <= p_high else 'OUTSIDE'}** its predicted range for a "
+                 f"7-a-side re-measurement {p_low:.2f}-{p_high:.2f}x")
+    return text
 
 
 def main() -> None:

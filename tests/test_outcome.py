@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import random
 
 import pytest
@@ -141,3 +142,34 @@ def test_objective_orders_min_mode_trials_reached_then_closest_loss_then_infeasi
     assert max(reached) < BUDGET < short[0] < short[1] < short[2] <= never < infeasible
     assert ended_by_scheduler(1.55, target, 1.0, BUDGET, mode="min") is Status.REACHED
     assert ended_by_scheduler(1.65, target, 1.0, BUDGET, mode="min") is Status.STOPPED_EARLY
+
+
+def test_a_re_measurement_falls_in_the_predicted_range_9_times_in_10_not_in_the_interval_for_the_truth():
+    """The issue's goal from a user's side: the ratio of medians of 7 new fresh runs a side lies inside the
+    printed re-measurement range at least ~9 times in 10 (log-normal TTAs at noise.md's spread, 400 seeded
+    experiments, 5 runs a side measured), while the interval for the true speed-up holds it far less often."""
+    import random
+
+    from autospeed.outcome import remeasure_interval
+
+    rng = random.Random(3)
+    draw = lambda median, k: [median * math.exp(rng.gauss(0.0, 0.2)) for _ in range(k)]  # noqa: E731
+    inside_range = inside_interval = 0
+    for _ in range(400):
+        base, cand = draw(15.0, 5), draw(3.0, 5)
+        again = statistics.median(draw(15.0, 7)) / statistics.median(draw(3.0, 7))
+        low, high = remeasure_interval(base, cand, runs_a_side=7)
+        inside_range += low <= again <= high
+        low, high = speedup_interval(base, cand)
+        inside_interval += low <= again <= high
+    assert inside_range / 400 >= 0.86
+    assert inside_interval / 400 <= 0.84
+
+
+def test_no_re_measurement_range_from_too_few_runs_or_a_missed_target():
+    from autospeed.outcome import remeasure_interval
+
+    assert remeasure_interval([10.0, 11.0], [2.0, 2.1, 2.2]) == (None, None)
+    assert remeasure_interval([10.0, None, 11.0], [2.0, 2.1, 2.2]) == (None, None)
+    low, high = remeasure_interval([10.0, 11.0, 12.0], [2.0, 2.2, 2.1])
+    assert low < 11.0 / 2.1 < high

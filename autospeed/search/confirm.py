@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from autospeed.track import runs as res
 from autospeed.track import layout as t
-from autospeed.outcome import (Status, interval_note, is_infeasible, median_tta, sequential_confidence,
-                               speedup_interval)
+from autospeed.outcome import (REMEASURE_RUNS, Status, interval_note, is_infeasible, median_tta,
+                               remeasure_interval, sequential_confidence, speedup_interval)
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
 from autospeed.space import SearchSpec
@@ -113,6 +113,13 @@ class ConfirmOutcome:
         if not self.winner or not self.baseline or self.speedup is None:
             return None, None
         return speedup_interval(self.baseline.ttas, self.winner.ttas, self.confidence)
+
+    @property
+    def remeasure_interval(self) -> tuple[float | None, float | None]:
+        """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction)."""
+        if not self.winner or not self.baseline or self.speedup is None:
+            return None, None
+        return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE)
 
     @property
     def interval_note(self) -> str | None:
@@ -293,6 +300,7 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     low, high = outcome.speedup_interval  # absent (None) with too few runs: no interval is printed then
     values[t.M_CONFIRM_SPEEDUP_CI_LOW] = low
     values[t.M_CONFIRM_SPEEDUP_CI_HIGH] = high if high is None or math.isfinite(high) else None
+    values[t.M_CONFIRM_REMEASURE_LOW], values[t.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
     tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
     client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
@@ -307,7 +315,12 @@ def format_interval(outcome: ConfirmOutcome) -> str:
     level = f"{CONFIDENCE:.0%} interval over the seeds"
     if outcome.confidence > CONFIDENCE:
         level += f" (each look at {outcome.confidence:.1%})"
-    return f"{level}: {low:.2f}x to {high_text}"
+    text = f"{level}: {low:.2f}x to {high_text}"
+    p_low, p_high = outcome.remeasure_interval
+    if p_low is not None:
+        text += (f"; a re-measurement with {REMEASURE_RUNS} fresh runs a side is predicted at {p_low:.2f}x to "
+                 f"{p_high:.2f}x (90%)")
+    return text
 
 
 def format_confirmation(outcome: ConfirmOutcome) -> str:

@@ -41,6 +41,8 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
         measured.speedup_vs_baseline = m.get(t.M_CONFIRM_SPEEDUP)
         measured.speedup_ci_low = m.get(t.M_CONFIRM_SPEEDUP_CI_LOW)
         measured.speedup_ci_high = m.get(t.M_CONFIRM_SPEEDUP_CI_HIGH)
+        measured.remeasure_speedup_low = m.get(t.M_CONFIRM_REMEASURE_LOW)
+        measured.remeasure_speedup_high = m.get(t.M_CONFIRM_REMEASURE_HIGH)
         measured.wall_to_target_seconds_median = m.get(t.M_CONFIRM_WALL_MEDIAN)
         measured.baseline_wall_to_target_seconds_median = m.get(t.M_CONFIRM_BASELINE_WALL_MEDIAN)
         measured.wall_speedup_vs_baseline = m.get(t.M_CONFIRM_WALL_SPEEDUP)
@@ -79,6 +81,9 @@ def speedup_lines(measured: Measured | None) -> list[str]:
         interval = f", no interval: {'too few repeats for an interval' if (measured.repeats or 0) < 3 else 'too many missed targets'}"
     lines = [f"speed-up over the baseline: {measured.speedup_vs_baseline:.2f}x on the train clock "
              f"(median of {measured.repeats} fresh-process runs each{interval})"]
+    if measured.remeasure_speedup_low is not None and measured.remeasure_speedup_high is not None:
+        lines.append(f"  predicted: a re-measurement with 7 fresh runs a side falls at "
+                     f"{measured.remeasure_speedup_low:.2f}x to {measured.remeasure_speedup_high:.2f}x (90%)")
     if measured.wall_speedup_vs_baseline is not None:
         lines.append(f"speed-up over the baseline: {measured.wall_speedup_vs_baseline:.2f}x on the wall to target "
                      f"(process start to target: {measured.baseline_wall_to_target_seconds_median:.2f} s -> "
