@@ -107,8 +107,9 @@ def test_report_writes_a_self_contained_page_and_figures_and_logs_them(store, cl
     assert {f"report/{n}" for n in names} <= logged
 
 
-def test_the_baseline_trial_carried_into_confirmation_is_one_of_its_confirmation_samples(store):
-    """confirm.py counts the baseline's own trial as its first confirmation sample (parent tag): the report too."""
+def test_a_search_before_round_3_that_carried_the_baseline_trial_into_confirmation_reads_the_same(store):
+    """Until round 3 confirm.py counted the baseline's own trial as its first confirmation sample (parent tag);
+    the report still reads such a search as it was confirmed. New searches never carry (tests/search)."""
     from autospeed.track import layout as t
     from autospeed.show.report import collect
 
@@ -221,3 +222,24 @@ def test_report_draws_the_probes_with_their_ooms(store):
     assert (store.tmp / "report" / "probe.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Probe: steady-state samples/s" in out.html_path.read_text()
     assert len(d.rows) == 4  # probe runs are not trials
+
+
+def test_the_report_draws_the_ablation_and_says_when_there_are_too_few_repeats_for_an_interval(store):
+    """confirm.ablation's record on the parent (search/ablation.py) becomes ablation.png, each knob with the
+    speed-up lost without it and its share; 2 confirmation repeats give no interval, and the page says so."""
+    import json
+
+    from autospeed.show.report import write_report
+    from autospeed.track import layout as t
+
+    record = {"batch_size": {"set_back": {"batch_size": 16}, "winner": {"batch_size": 128}, "median_tta_seconds": 4.1,
+                             "winner_median_tta_seconds": 2.05, "reached": "2/2", "speedup_lost": 2.0,
+                             "speedup_lost_at_least": None, "share": 0.65},
+              "lr": {"set_back": {"lr": 0.01}, "winner": {"lr": 0.2}, "median_tta_seconds": None,
+                     "winner_median_tta_seconds": 2.05, "reached": "0/2", "speedup_lost": None,
+                     "speedup_lost_at_least": 4.9, "share": None}}
+    store.client.set_tag(store.parent_id, t.TAG_ABLATION, json.dumps(record))
+    report = write_report(store.client, "demo", store.tmp / "report", log_to_mlflow=False)
+    assert "ablation.png" in {p.name for p in report.figures}
+    page = (store.tmp / "report" / "report.html").read_text()
+    assert "Why it is faster" in page and "too few repeats for an interval" in page
