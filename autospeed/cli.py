@@ -30,7 +30,8 @@ def _err(message: str) -> None:
 
 # ---------------------------------------------------------------- train
 def cmd_train(args) -> int:
-    from autospeed.track import layout as tracking
+    # Only what the run needs: torch, the trainer, the recipe; MLflow (autospeed.track) only when tracking,
+    # Ray only for data-parallel workers (experiments/startup.py times this start-up).
     from autospeed.train.environment import differences, environment
     from autospeed.recipe import load_recipe
     from autospeed.train.trainer import pick_device, train
@@ -39,6 +40,8 @@ def cmd_train(args) -> int:
     recipe = load_recipe(args.config)
     client = None
     if not args.no_track:
+        from autospeed.track import layout as tracking
+
         client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     target = recipe.resolved_target
     try:
@@ -76,20 +79,22 @@ def cmd_train(args) -> int:
         finally:
             bar.close()
     if client is not None:
-        run_id = tracking.log_train_run(client, args.experiment, recipe, result)
+        run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
     if args.json:
         print(json.dumps({k: v for k, v in result.to_dict().items() if k != "history"}, indent=2))
     else:
         tta = f"{result.tta_seconds:.2f} s" if result.tta_seconds is not None else "-"
         best = f"{result.best_value:.4f}" if result.best_value is not None else "-"
-        print(f"status {result.status}  TTA {tta} (train clock)  best {target.metric} {best}  "
+        wall = (f", wall to target {result.wall_to_target_seconds:.2f} s (from {result.wall_clock_origin})"
+                if result.wall_to_target_seconds is not None else "")
+        print(f"status {result.status}  TTA {tta} (train clock){wall}  best {target.metric} {best}  "
               f"train {result.train_seconds:.2f} s  wall {result.wall_seconds:.2f} s  "
               f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s"
               + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
-        not_applied = [k for k, v in result.applied.items() if v is False and getattr(recipe, k, False)]
-        if result.applied.get("attention", "auto") != recipe.attention:
-            not_applied.append(f"attention {recipe.attention}")
+        from autospeed.track.layout import not_applied_marks  # standard library only
+
+        not_applied = not_applied_marks(result.applied)  # what the trainer saw act, not what the recipe asked
         if not_applied:
             print(f"not applied on {result.applied['device']}: {', '.join(not_applied)}")
     if result.error:
@@ -103,6 +108,7 @@ def cmd_search(args) -> int:
 
     from autospeed.track import layout as tracking
     from autospeed.search import run_search
+    from autospeed.search.confirm import format_interval
     from autospeed.space import load_spec
 
     spec = load_spec(args.space)
@@ -123,7 +129,12 @@ def cmd_search(args) -> int:
             w, csp = confirmed.winner, confirmed.speedup
             print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
                   f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
-                  + (f", {csp:.2f}x faster than the baseline's median" if csp else ""))
+                  + (f", {csp:.2f}x faster than the baseline's median (train clock; {format_interval(confirmed)})"
+                     if csp else ""))
+            if confirmed.wall_speedup:
+                print(f"  on the wall to target (process start to target, fresh processes): "
+                      f"{confirmed.wall_speedup:.2f}x ({confirmed.baseline.wall_median:.2f} s -> "
+                      f"{w.wall_median:.2f} s)")
     else:
         print("\nno trial reached the target")
     if outcome.best_path is not None:
@@ -168,12 +179,15 @@ def _resume_command(args) -> str:
 
 def cmd_export(args) -> int:
     from autospeed.track import layout as tracking
-    from autospeed.track.export import export
+    from autospeed.recipe import load_recipe
+    from autospeed.track.export import export, speedup_lines
 
     client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
     tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else "-"
     print(f"wrote {path}: trial {best.trial_id}, TTA {tta}; train it with: autospeed train --config {path}")
+    for line in speedup_lines(load_recipe(path).measured):
+        print(line)
     return EXIT_OK
 
 
@@ -221,8 +235,6 @@ def cmd_workloads(args) -> int:
 
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    from autospeed.track.layout import DEFAULT_TRAIN_EXPERIMENT
-
     p = _Parser(prog="autospeed", description="Find the training recipe that reaches a target accuracy fastest.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -230,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one recipe (no Ray needed for workers: 1; Ray Train for more)")
     t.add_argument("--config", required=True, help="recipe YAML (e.g. best.yaml from `autospeed export`)")
     t.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    t.add_argument("--experiment", default=DEFAULT_TRAIN_EXPERIMENT, help="MLflow experiment for the run")
+    # default: autospeed.track.layout.DEFAULT_TRAIN_EXPERIMENT, not imported here: no tracking import without tracking
+    t.add_argument("--experiment", help="MLflow experiment for the run (default: autospeed-train)")
     t.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
     t.add_argument("--json", action="store_true", help="print the result object as JSON on stdout")
     t.set_defaults(func=cmd_train)

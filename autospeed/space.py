@@ -121,6 +121,9 @@ class Probe(_Strict):
     warmup_steps: int = Field(5, ge=0)  # optimizer steps before the timed ones (compilation, warm-up)
     steps: int = Field(20, ge=1)  # timed optimizer steps: steady-state samples/s
     max_configs: int = Field(24, ge=1)  # systems configurations probed, each at every batch size of the space
+    # interleaved timing rounds of every configuration: the base's spread across them is the noise a
+    # non-default value must beat
+    rounds: int = Field(3, ge=2)
 
 
 class Resources(_Strict):

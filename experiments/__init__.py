@@ -90,6 +90,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--repeats", "1", "--no-search", "--out", "{out}/process_exit.md"),
         quick_writes=("process_exit.md",)),
     Experiment(
+        "startup", "startup.py", "`autospeed train`'s wall to target against its TTA, beside `import torch` "
+        "(after speedup: its speedup_best.yaml)",
+        runs=(_r("--repeats", "5", "--out", f"{RESULTS}/startup.md", writes=("startup.md",)),),
+        quick=("--recipe", "{quick}/recipe.yaml", "--repeats", "1", "--no-warm-up", "--out", "{out}/startup.md"),
+        quick_writes=("startup.md",)),
+    Experiment(
         "trainer_overhead", "trainer_overhead.py", "autospeed's trainer against a hand-written loop",
         runs=(_r("--out", f"{RESULTS}/trainer_overhead.md", writes=("trainer_overhead.md",)),),
         quick=("--num-samples", "2000", "--batch-sizes", "64", "--steps", "10", "--repeats", "1",
@@ -138,6 +144,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--seeds", "1", "--trials", "5", "--out", "{out}/sampler_simulation.md"),
         quick_writes=("sampler_simulation.md",)),
     Experiment(
+        "interval_coverage", "interval_coverage.py",
+        "coverage of the speed-up interval by simulation (skewed TTAs at noise.md's spread, misses, adaptive "
+        "repeats; after noise: its CV)",
+        runs=(_r("--experiments", "4000", "--out", f"{RESULTS}/interval_coverage.md",
+                 writes=("interval_coverage.md",)),),
+        quick=("--quick", "--out", "{out}/interval_coverage.md"),
+        quick_writes=("interval_coverage.md",)),
+    Experiment(
         "payback", "payback.py", "does a search pay for itself? every variant's search, one table",
         runs=(_r(writes=("payback.md", *(f"payback_{label}_best.yaml" for label in PAYBACK_LABELS))),),
         quick=("--variant", "quick:{quick}/space.yaml", "--exported", "quick={quick}/recipe.yaml", "--repeats", "1",
@@ -151,6 +165,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "{quick}/recipe.yaml", "--repeats", "1", "--peer-seconds", "10", "--work", "{out}/peer-work",
                "--out", "{out}/peer.md"),
         quick_writes=("peer.md", "peer_autospeed.yaml", "peer_peer.yaml")),
+    Experiment(
+        "probe_stability", "probe_stability.py",
+        "the probe's pick in 3 runs on one machine (fast.yaml), each in a fresh process: timings, margin, pick",
+        runs=(_r("--out", f"{RESULTS}/probe_stability.md", writes=("probe_stability.md",)),),
+        # the probe stage in-process (no Ray), on the quick space with two systems values and two optimizers
+        quick=("--space", "{quick}/space.yaml", "--runs", "2", "--threads", "1", "--set", "probe.enabled=true",
+               "--set", "probe.warmup_steps=1", "--set", "probe.steps=3", "--set", "probe.rounds=2",
+               "--set", "space.optimizer={choice: [sgd, adamw]}",
+               "--set", "space.optimizer_impl={choice: [default, foreach]}", "--work", "{out}/probe-stability-work",
+               "--out", "{out}/probe_stability.md"),
+        quick_writes=("probe_stability.md",)),
     Experiment(
         "example", "example.py", "the README's 30-second example: a smoke search as a user runs it",
         runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",)),),

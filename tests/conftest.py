@@ -191,7 +191,7 @@ SHARED_SPACE = {
     "budget": {"trials": 6, "max_train_seconds": 120}, "asha": {"grace_seconds": 0.1, "reduction_factor": 2},
     "sampler": {"seed": 0, "n_startup_trials": 3},
     "confirm": {"top_k": SHARED_TOP_K, "repeats": SHARED_REPEATS},
-    "probe": {"warmup_steps": 1, "steps": 3}, "resources": {"gpus_per_trial": 0},
+    "probe": {"warmup_steps": 1, "steps": 3, "rounds": 2}, "resources": {"gpus_per_trial": 0},
     "baseline": {"batch_size": 32, "optimizer": "sgd", "lr": 0.05, "schedule": "constant", "precision": "fp32",
                  "compile": "none", "attention": "math"},
     "fixed": {"epochs": 30, "eval_every_epochs": 1},

@@ -6,6 +6,7 @@ trials, MLflow records every trial, confirmation runs decide the winner.
     callback.py   one MLflow child run per trial (a Ray Tune callback)
     tuner.py      Optuna's sampler, ASHA, the stopper, the Tuner
     probe.py      the probe stage: a few timed steps per systems configuration
+    probe_decide.py  what the probe times (configurations x maths) and what it fixes (noise margin)
     confirm.py    confirmation runs, each in a fresh process (no Ray)
     ablation.py   the winner re-timed with one knob set back at a time (confirm.ablation)
     data_parallel.py  a trial on N workers through Ray Train's TorchTrainer

@@ -121,8 +121,11 @@ class TrialTracker(Callback):
             score = objective(status, tta, best, self.target.value, self.spec.budget.max_train_seconds,
                               self.target.mode)
         final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
+                 "wall_to_target_seconds": last.get("wall_to_target_seconds") if tta is not None else None,
                  "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
         tags = {t.TAG_STATUS: status.value}
+        if last.get("wall_clock_origin"):
+            tags[t.TAG_WALL_ORIGIN] = last["wall_clock_origin"]
         if error:
             tags[t.TAG_ERROR] = error[:500]
         if last.get("duplicate_of"):
@@ -153,16 +156,17 @@ class TrialTracker(Callback):
                 "trial_id": trial.trial_id, "status": status.value, "tta_seconds": tta, "objective": score,
                 **standing, "error": error or "",
                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")})
-        self._progress(trial, status, tta, best, last.get("duplicate_of"))
+        self._progress(trial, status, tta, best, last.get("duplicate_of"), json.loads(last.get("applied") or "{}"))
         self._count_errors(status, error)
 
     def _progress(self, trial, status: Status, tta: float | None, best: float | None,
-                  duplicate_of: str | None) -> None:
+                  duplicate_of: str | None, applied: dict[str, Any] | None = None) -> None:
         baseline = bool(trial.config.get("baseline"))
         label = "baseline" if baseline else trial.trial_id
         if duplicate_of:
             label += f" (repeats {duplicate_of}'s recipe: its result, not trained again)"
-        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, {} if baseline else trial.config)
+        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, {} if baseline else trial.config,
+                           applied)
 
     def _count_errors(self, status: Status, error: str | None) -> None:
         """The same error N trials in a row means the search is broken, not the recipes."""

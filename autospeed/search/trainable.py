@@ -49,8 +49,12 @@ class TrialReports:
         # The first report says where the trial runs, so a trial ASHA stops records it too.
         env = {}
         if self.first:
+            import torch.distributed as dist
+
+            # the workers this run trains on: its process group's size, as the trainer records it
+            ran_on = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
             env = {"environment": json.dumps({**environment(pick_device(self.recipe)), "node": self.where,
-                                              "workers": self.recipe.workers})}
+                                              "workers": ran_on})}
         self.first = False
         return {
             **env, "node": self.where, WORKERS: self.recipe.workers, "step": e.step, "epoch": e.epoch,
@@ -75,6 +79,7 @@ class TrialReports:
             metric: r.best_value if r.best_value is not None else math.nan, "best_value": r.best_value,
             **{f"best_{k}": v for k, v in r.best_metrics.items()},
             "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
+            "wall_to_target_seconds": r.wall_to_target_seconds, "wall_clock_origin": r.wall_clock_origin,
             "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
             "error": r.error or "", "applied": json.dumps(r.applied), "node": self.where,
             "environment": json.dumps({**r.environment, "node": self.where}),

@@ -31,6 +31,7 @@ from rich.text import Text
 
 from autospeed.outcome import INFEASIBLE, Status
 from autospeed.recipe import ACCURACY, Target
+from autospeed.track.layout import not_applied_marks
 
 
 def metric_label(metric: str) -> str:
@@ -55,17 +56,22 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def format_knobs(config: dict[str, Any], limit: int = 6) -> str:
-    """The sampled knobs of a trial, short: `batch_size=64 lr=0.0843 schedule=cosine`."""
-    parts = []
+def format_knobs(config: dict[str, Any], limit: int = 6, applied: dict[str, Any] | None = None) -> str:
+    """The sampled knobs of a trial, short: `batch_size=64 lr=0.0843 schedule=cosine`. With the run's
+    `applied`, each knob set that did not act is marked (layout.not_applied_marks), always shown:
+    `optimizer=muon (ran adamw)` in place, `attention=math (n/a)` after the others."""
+    marks = {m.split("=", 1)[0]: m for m in not_applied_marks(applied)}
+    parts = []  # (text, marked)
     for k, v in config.items():
         if k == "baseline":
             continue
         if isinstance(v, float) and math.isfinite(v):
             v = f"{v:.3g}"
-        parts.append(f"{k}={v}")
-    more = f" +{len(parts) - limit}" if len(parts) > limit else ""
-    return " ".join(parts[:limit]) + more
+        parts.append((marks.pop(k), True) if k in marks else (f"{k}={v}", False))
+    parts += [(mark, True) for mark in marks.values()]  # fixed knobs (not sampled) that did not act
+    shown = [text for i, (text, marked) in enumerate(parts) if marked or i < limit]
+    hidden = len(parts) - len(shown)
+    return " ".join(shown) + (f" +{hidden}" if hidden else "")
 
 
 def _drawing_on(stream: TextIO) -> dict[str, Any]:
@@ -78,10 +84,12 @@ def _drawing_on(stream: TextIO) -> dict[str, Any]:
             "redirect_stdout": is_terminal(sys.stdout), "redirect_stderr": is_terminal(sys.stderr)}
 
 
-def probe_line(index: int, config: dict[str, Any], probes: list[dict[str, Any]]) -> str:
+def probe_line(index: int, config: dict[str, Any], probes: list[dict[str, Any]], maths: str = "") -> str:
     """One probed systems configuration (search/probe.py) as the search prints it before the trials:
-    its knobs, then samples/s (and compile seconds) or the status at each batch size."""
+    its knobs, the maths it trained with (`maths`, e.g. "optimizer=adamw precision=bf16", in brackets),
+    then samples/s (and compile seconds) or the status at each batch size."""
     knobs = " ".join(f"{k}={v}" for k, v in config.items()) or "(the baseline's systems knobs)"
+    knobs += f" [{maths}]" if maths else ""
     parts = []
     for p in probes:
         if p["status"] == "ok":
@@ -100,6 +108,7 @@ class _Finished:
     best_value: float | None  # of the target metric
     baseline: bool
     knobs: str
+    not_applied: list[str] = field(default_factory=list)  # knobs set that did not act (layout.not_applied_marks)
 
 
 @dataclass
@@ -142,10 +151,13 @@ class SearchView:
             self._show().refresh()
 
     def finished(self, trial_id: str, label: str, status: str, tta_seconds: float | None,
-                 best_value: float | None, baseline: bool, config: dict[str, Any]) -> None:
+                 best_value: float | None, baseline: bool, config: dict[str, Any],
+                 applied: dict[str, Any] | None = None) -> None:
+        """`applied`: what took effect in the trial (the trainer's), to mark the knobs that did not act."""
         with self._lock:
             self.running.pop(trial_id, None)
-            f = _Finished(label, status, tta_seconds, best_value, baseline, format_knobs(config))
+            f = _Finished(label, status, tta_seconds, best_value, baseline, format_knobs(config, applied=applied),
+                          not_applied_marks(applied))
             self.done.append(f)
             line = self.trial_line(f)
         if self.live:
@@ -200,7 +212,8 @@ class SearchView:
 
     def trial_line(self, f: _Finished) -> str:
         what = f"TTA {f.tta_seconds:.2f} s" if f.tta_seconds is not None else self._best_text(f)
-        return f"[{len(self.done)}/{self.total}] {f.label}: {f.status}, {what}"
+        unapplied = f" (not applied: {', '.join(f.not_applied)})" if f.not_applied else ""
+        return f"[{len(self.done)}/{self.total}] {f.label}: {f.status}, {what}{unapplied}"
 
     def summary_line(self) -> str:
         """Everything in one line (the plain, non-terminal form)."""

@@ -44,8 +44,10 @@ TAG_PARENT = "mlflow.parentRunId"
 TAG_NODE = "autospeed.env.node"
 TAG_DEVICE_NAME = "autospeed.env.device_name"
 KIND_SEARCH, KIND_TRIAL, KIND_CONFIRM, KIND_TRAIN, KIND_PROBE = "search", "trial", "confirm", "train", "probe"
+KIND_ABLATION = "ablation"  # the confirmed winner re-timed with one knob set back to the baseline's value
 TAG_PROBE_CONFIG = "autospeed.probe_config"  # on each probe run: its systems configuration's number
 TAG_PROBE_FIXED = "autospeed.probe_fixed"  # on the parent: the knob values the probe fixed (JSON)
+TAG_PROBE_MARGIN = "autospeed.probe_margin"  # on the parent: why (speed-up vs the noise it had to beat)
 
 # ---- metrics ----
 # per evaluation, step = optimizer step: these and every metric the workload reports (val_accuracy, val_loss, ...)
@@ -61,10 +63,16 @@ M_BEST_VALUE = "best_value"  # best value of the target metric, in its direction
 M_BEST_VAL_ACCURACY = "best_val_accuracy"
 M_OBJECTIVE = "objective"
 M_WALL_SECONDS = "wall_seconds"
+# reached runs: process start (a fresh process's first run; else train() entry) to the end of the evaluation
+# that met the target (autospeed.train.result); the tag TAG_WALL_ORIGIN says which
+M_WALL_TO_TARGET = "wall_to_target_seconds"
+TAG_WALL_ORIGIN = "autospeed.wall_clock_origin"
 M_COMPILE_SECONDS = "compile_seconds"
 M_PEAK_MEMORY_MB = "peak_memory_mb"
 M_OOM = "oom"  # on a probe run: 1 when it ran out of memory
 M_PROBE_SECONDS = "probe_seconds"  # on the parent: wall seconds of the probe stage (its whole cost)
+M_PROBE_SPEEDUP = "probe_speedup"  # on the parent: the fixed configuration's speed / the default's
+M_PROBE_NOISE = "probe_noise"  # on the parent: the timing noise a non-default value had to beat
 # parent
 M_BEST_TTA = "best_tta_seconds"
 M_BASELINE_TTA = "baseline_tta_seconds"
@@ -78,6 +86,14 @@ M_CONFIRM_BASELINE_MEDIAN = "confirm_baseline_tta_seconds_median"
 M_CONFIRM_SPEEDUP = "confirm_speedup_vs_baseline"
 M_CONFIRM_SPEEDUP_CI_LOW = "confirm_speedup_ci_low"  # bootstrap 90% interval over the seeds
 M_CONFIRM_SPEEDUP_CI_HIGH = "confirm_speedup_ci_high"
+# predicted range of a 7-a-side re-measurement's speed-up (outcome.remeasure_interval): a prediction
+M_CONFIRM_REMEASURE_LOW, M_CONFIRM_REMEASURE_HIGH = "confirm_remeasure_speedup_low", "confirm_remeasure_speedup_high"
+M_CONFIRM_CONFIDENCE = "confirm_speedup_ci_confidence"  # per-look level of the interval (sequential repeats)
+M_CONFIRM_WALL_MEDIAN = "confirm_wall_to_target_seconds_median"  # process start to target, fresh processes
+M_CONFIRM_BASELINE_WALL_MEDIAN = "confirm_baseline_wall_to_target_seconds_median"
+M_CONFIRM_WALL_SPEEDUP = "confirm_wall_speedup_vs_baseline"
+TAG_ABLATION = "autospeed.ablation"  # on the parent: JSON knob -> {baseline value, medians, speed-up lost}
+TAG_ABLATION_KNOB = "autospeed.ablation_knob"  # on each ablation run: the knob set back (or "none": the winner)
 M_CONFIRM_TRIALS = "confirm_trials_total"  # trials the confirmation chose from (an extended search confirms again)
 
 DEFAULT_TRAIN_EXPERIMENT = "autospeed-train"
@@ -234,13 +250,15 @@ def eval_metrics(event: dict[str, Any], names: Iterable[str] | None = None) -> l
 
 
 def final_metrics(result: dict[str, Any], objective: float | None = None) -> list:
-    """tta_seconds (reached only), best_value and best_<metric> of every metric, times, memory, objective."""
+    """tta_seconds and wall_to_target_seconds (reached only), best_value and best_<metric> of every metric,
+    times, memory, objective."""
     best = {k: v for k, v in result.items() if k.startswith("best_") and isinstance(v, (int, float))
             and not isinstance(v, bool)}
     values = {
         M_TTA: result.get("tta_seconds"),
         **best,
         M_WALL_SECONDS: result.get("wall_seconds"),
+        M_WALL_TO_TARGET: result.get("wall_to_target_seconds"),
         M_COMPILE_SECONDS: result.get("compile_seconds"),
         M_PEAK_MEMORY_MB: result.get("peak_memory_mb"),
         M_OBJECTIVE: objective,
@@ -258,10 +276,30 @@ def environment_tags(env: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as the recipe's YAML writes it
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def not_applied_marks(applied: dict[str, Any] | None) -> list[str]:
+    """Each knob a run's recipe set that did not act as set (the trainer's `applied["not_applied"]`), short:
+    `attention=math (n/a)` where it cannot act, `optimizer=muon (ran adamw)` where another value acted."""
+    marks = []
+    for knob, v in sorted(((applied or {}).get("not_applied") or {}).items()):
+        ran = "n/a" if v["ran"] in ("not_applicable", False) else f"ran {_shown(v['ran'])}"
+        marks.append(f"{knob}={_shown(v['asked'])} ({ran})")
+    return marks
+
+
 def applied_tags(applied: dict[str, Any]) -> dict[str, str]:
-    """What took effect: the whole of it as one JSON tag, and `autospeed.applied.<knob>` for APPLIED_COLUMNS."""
+    """What took effect: the whole of it as one JSON tag, `autospeed.applied.<knob>` for APPLIED_COLUMNS, and
+    `autospeed.applied.not_applied` (the knobs set that did not act, for the MLflow UI's columns) when any."""
     tags = {f"{TAG_APPLIED}.{k}": str(applied[k]) for k in APPLIED_COLUMNS if k in applied}
     tags[TAG_APPLIED] = json.dumps(applied, sort_keys=True)
+    marks = not_applied_marks(applied)
+    if marks:
+        tags[f"{TAG_APPLIED}.not_applied"] = ", ".join(marks)[:500]
     return tags
 
 
@@ -281,7 +319,8 @@ def finish_run(client, run_id: str, recipe, result) -> None:
     from mlflow.entities import RunStatus
 
     per_eval = [m for event in result.history for m in eval_metrics(event, result.best_metrics)]
-    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment), **applied_tags(result.applied)}
+    tags = {TAG_STATUS: str(result.status), **environment_tags(result.environment), **applied_tags(result.applied),
+            TAG_WALL_ORIGIN: result.wall_clock_origin}
     if result.error:
         tags[TAG_ERROR] = result.error[:500]
     with interrupts_held():

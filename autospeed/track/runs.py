@@ -39,6 +39,7 @@ class TrialRow:
     node: str | None = None  # autospeed.env.node: "host/<Ray node id>" under Ray, else the host name
     device: str | None = None  # autospeed.env.device_name: the GPU's or the CPU's name
     best_value: float | None = None  # best value of the target metric, in its direction
+    applied: dict[str, Any] = field(default_factory=dict)  # what took effect (the trainer's `applied`)
 
     @property
     def target(self) -> Target:
@@ -50,9 +51,12 @@ class TrialRow:
         return self.status == Status.REACHED and self.tta_seconds is not None
 
     def knobs(self) -> str:
-        """The key knobs; `workers` (the devices a TTA used) only for a data-parallel trial."""
-        return " ".join(f"{k}={_short(self.params[k])}" for k in KEY_KNOBS
-                        if k in self.params and not (k == "workers" and self.params[k] == "1"))
+        """The key knobs; `workers` (the devices a TTA used) only for a data-parallel trial. A knob set that
+        did not act is marked, `optimizer=muon (ran adamw)` in place or `attention=math (n/a)` after them."""
+        marks = {m.split("=", 1)[0]: m for m in t.not_applied_marks(self.applied)}
+        shown = [marks.pop(k, f"{k}={_short(self.params[k])}") for k in KEY_KNOBS
+                 if k in self.params and not (k == "workers" and self.params[k] == "1")]
+        return " ".join(shown + list(marks.values()))
 
 
 def target_of_params(params: dict[str, str]) -> Target:
@@ -113,6 +117,7 @@ def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = Non
             node=tags.get(t.TAG_NODE), device=tags.get(t.TAG_DEVICE_NAME),
             # runs from before targets were general logged only best_val_accuracy
             best_value=m.get(t.M_BEST_VALUE, m.get(t.M_BEST_VAL_ACCURACY)),
+            applied=json.loads(tags.get(t.TAG_APPLIED) or "{}"),
         ))
     return rows
 

@@ -7,7 +7,14 @@ it. Muon runs with `adjust_lr_fn="match_rms_adamw"`, which scales its update to 
 RMS, so one `lr` serves both parts (and the LR schedule steps both).
 
 `optimizer_impl` picks torch's implementation: `default` (torch decides), `foreach` or
-`fused`; it applies to SGD, AdamW and Muon's AdamW part (Muon itself has one).
+`fused`; it applies to SGD, AdamW and Muon's AdamW part (Muon itself has one). torch never
+falls back silently from an explicit `foreach` or `fused`: it runs it or raises.
+
+Each records in `applied` what really acted (DESIGN.md "Honest figures"): a model with no 2-D
+hidden weight (a CNN whose only nn.Linear is its head) trains with AdamW alone, recorded as
+`optimizer: adamw`; `onecycle` cycles the momentum (SGD momentum, AdamW beta1, Muon momentum)
+between its own bounds, recorded as `momentum: "0.85-0.95 (onecycle)"`, and has its own warm-up
+(`warmup_fraction: not_applicable`); a warm-up shorter than one step is `warmup_fraction: 0.0`.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+NOT_APPLICABLE = "not_applicable"  # an `applied` value: the knob cannot act on this model, device or recipe
 
 
 def muon_split(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
@@ -38,7 +47,9 @@ def build_optimizers(recipe, model: nn.Module, applied: dict[str, Any]) -> list[
     impl = _impl(recipe)
     applied["optimizer"] = recipe.optimizer
     applied["optimizer_impl"] = recipe.optimizer_impl
+    applied["momentum"] = recipe.momentum  # build_schedule overwrites it where the schedule drives the momentum
     if recipe.optimizer == "sgd":
+        applied["nesterov"] = recipe.momentum > 0
         return [torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum,
                                 nesterov=recipe.momentum > 0, weight_decay=recipe.weight_decay, **impl)]
     adamw = dict(lr=recipe.lr, betas=(recipe.momentum, 0.999), weight_decay=recipe.weight_decay, **impl)
@@ -49,21 +60,31 @@ def build_optimizers(recipe, model: nn.Module, applied: dict[str, Any]) -> list[
                            f"{torch.__version__}: upgrade torch or use adamw")
     hidden, rest = muon_split(model)
     applied["muon_parameters"] = sum(p.numel() for p in hidden)
-    optimizers = []
-    if hidden:
-        optimizers.append(torch.optim.Muon(hidden, lr=recipe.lr, weight_decay=recipe.weight_decay,
-                                           momentum=recipe.momentum, adjust_lr_fn="match_rms_adamw"))
+    if not hidden:  # nothing for Muon: this is AdamW on every parameter, and says so
+        applied["optimizer"] = "adamw"
+        return [torch.optim.AdamW(rest, **adamw)]
+    optimizers = [torch.optim.Muon(hidden, lr=recipe.lr, weight_decay=recipe.weight_decay,
+                                   momentum=recipe.momentum, adjust_lr_fn="match_rms_adamw")]
     if rest:
         optimizers.append(torch.optim.AdamW(rest, **adamw))
     return optimizers
 
 
-def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int):
-    """torch's own schedulers, stepped once per optimizer step over `total_steps`."""
+def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int,
+                   applied: dict[str, Any] | None = None):
+    """torch's own schedulers, stepped once per optimizer step over `total_steps`; records in `applied`
+    the warm-up that acts and, under onecycle, the momentum it cycles."""
+    applied = {} if applied is None else applied
     sched = torch.optim.lr_scheduler
     if recipe.schedule == "onecycle":
-        return sched.OneCycleLR(optimizer, max_lr=recipe.lr, total_steps=max(total_steps, 2))
+        # OneCycleLR cycles the momentum (cycle_momentum=True), overriding the recipe's, and warms up itself
+        schedule = sched.OneCycleLR(optimizer, max_lr=recipe.lr, total_steps=max(total_steps, 2))
+        group = optimizer.param_groups[0]
+        applied["momentum"] = f"{group['base_momentum']:g}-{group['max_momentum']:g} (onecycle)"
+        applied["warmup_fraction"] = NOT_APPLICABLE
+        return schedule
     warmup = int(recipe.warmup_fraction * total_steps)
+    applied["warmup_fraction"] = recipe.warmup_fraction if warmup > 0 else 0.0
     rest = max(total_steps - warmup, 1)
     main = {
         "constant": lambda: sched.ConstantLR(optimizer, factor=1.0, total_iters=0),

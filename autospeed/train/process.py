@@ -7,12 +7,14 @@ in the driver against 13.6 s as trial 0 of the same search (in a Ray worker), on
 machine. So confirmation runs, like trials and like a production `autospeed train`, train in a
 process that does nothing else:
 
-* `LeanProcess`, on a CPU: one spawned process trains a confirmation's runs one after another and
-  loads each workload once. A process per run would add its interpreter start and imports (off the
-  train clock) to the search's wall time and buy nothing: a CPU run pays no cold start on its clock.
-* `train_in_fresh_process`, on a GPU: a new process per run, so the cold start a production run pays
-  (CUDA context, cuDNN/cuBLAS handles, kernel loading: 1.0 s against 0.01 s warm on an H100,
-  experiments/results/gpu/cold_start_gpu.md) is on every run's clock, not on the first one's only.
+* `train_in_fresh_process`: a new (spawned) process per run, as `autospeed train --config best.yaml`
+  is. Its cold start (on a GPU: CUDA context, cuDNN/cuBLAS handles, kernel loading, 1.0 s against 0.01 s
+  warm on an H100, experiments/results/gpu/cold_start_gpu.md) is on the run's train clock, and its
+  interpreter start, imports and data loading are in its `wall_to_target_seconds`, which counts from
+  the process's start (autospeed.train.result).
+* `LeanProcess`: one spawned process that trains several runs one after another and loads each
+  workload once. Only its first run's wall to target counts from the process start; later runs count
+  from their `train()` call (their `wall_clock_origin` says so), so their walls are not a fresh process's.
 
 This module imports the trainer only (no Ray, MLflow or Optuna), so neither does the process.
 """

@@ -1,8 +1,24 @@
 """What a training run reports: one event per evaluation, one result at the end
-(DESIGN.md "Result of one training run")."""
+(DESIGN.md "Result of one training run"), and where its wall to target counts from.
+
+`wall_to_target_seconds` (DESIGN.md "Honest figures"): seconds from the origin below to the end of
+the evaluation that met the target; start-up, data, compile and evaluations included.
+  * `process start` (the OS's start time of this process, so the interpreter's start and every import
+    count): for the first `train()` of a process that is not a Ray process and not interactive. That is
+    a fresh `autospeed train`, a user's script, and confirmation's fresh processes
+    (autospeed.train.process).
+  * `train() entry`: for every later `train()` of the process, for any `train()` while Ray is initialized
+    (trials in Ray actors, data-parallel workers, anything in a search's driver), in an interactive
+    session, and where the OS does not tell the process's start time. There the process's start says
+    nothing about this run.
+`wall_clock_origin` in the result says which one a run used.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,6 +84,9 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     # train-clock seconds of attempts that ran out of memory before the micro-batch that fit (in every time above)
     micro_batch_retry_seconds: float = 0.0
+    # seconds from `wall_clock_origin` to the end of the evaluation that met the target (None unless reached)
+    wall_to_target_seconds: float | None = None
+    wall_clock_origin: str = "train() entry"  # PROCESS_START or TRAIN_ENTRY (module docstring)
 
     @property
     def best_val_accuracy(self) -> float | None:
@@ -79,3 +98,41 @@ class TrainResult:
         out.update({f"best_{k}": v for k, v in self.best_metrics.items()})
         out["status"] = self.status.value
         return out
+
+
+PROCESS_START, TRAIN_ENTRY = "process start", "train() entry"
+_trained_in_this_process = False
+
+
+def process_age_seconds() -> float | None:
+    """Seconds since the OS started this process, or None where it cannot tell.
+
+    Linux: /proc/self/stat's start time (clock ticks since boot, 10 ms steps) against CLOCK_BOOTTIME, the
+    clock it is counted on. Elsewhere psutil's create_time() where psutil is installed (it comes with Ray)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return time.time() - psutil.Process().create_time()
+
+
+def _long_lived() -> bool:
+    """A process whose start says nothing about a run in it: a Ray process or an interactive session."""
+    ray = sys.modules.get("ray")
+    in_ray = ray is not None and getattr(ray, "is_initialized", lambda: False)()
+    return in_ray or hasattr(sys, "ps1") or bool(sys.flags.interactive) or "IPython" in sys.modules
+
+
+def wall_clock_origin() -> tuple[float, str]:
+    """At `train()` entry: seconds from the wall clock's origin to now, and which origin it is (module
+    docstring: process start for a process's first run where that means something, else train() entry)."""
+    global _trained_in_this_process
+    first, _trained_in_this_process = not _trained_in_this_process, True
+    age = process_age_seconds() if first and not _long_lived() else None
+    return (age, PROCESS_START) if age is not None and age >= 0 else (0.0, TRAIN_ENTRY)

@@ -1,6 +1,12 @@
 """Setting a run up: the device, the backend knobs, the model with its knobs applied
-(activation checkpointing, channels_last, DDP, torch.compile), the loss and the attention backend.
-Nothing here is on the train clock."""
+(activation checkpointing, channels_last, DDP, torch.compile), the loss and the attention backend;
+and, at the end, which knobs the recipe set that did not act (`not_applied`).
+Nothing here is on the train clock.
+
+Every knob records in `applied` the value that really acted (DESIGN.md "Honest figures"):
+`not_applicable` where it cannot act on this model or device (attention on a model that never
+calls scaled_dot_product_attention), or the value that ran instead (precision fp32 for tf32 on a
+CPU, a compile mode without CUDA graphs)."""
 
 from __future__ import annotations
 
@@ -10,10 +16,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import checkpoint
 
 from autospeed.recipe import Recipe
 from autospeed.train.distributed import Replicas
+from autospeed.train.optimizers import NOT_APPLICABLE
 from autospeed.workloads import Workload
 
 
@@ -44,6 +52,7 @@ def set_backend_knobs(recipe: Recipe, device: torch.device, applied: dict[str, A
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
     applied["tf32"] = cuda and recipe.precision == "tf32"
+    applied["precision"] = "fp32" if recipe.precision == "tf32" and not cuda else recipe.precision  # TF32 is CUDA's
     applied["cudnn_benchmark"] = cuda and recipe.cudnn_benchmark
 
 
@@ -55,13 +64,15 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 # gradients over micro-batches: the first micro-batch's gradients are outputs of the backward graph, which
 # its next replay overwrites ("accessing tensor output of CUDAGraphs that has been overwritten by a
 # subsequent run", pytorch/pytorch#169545, seen on an H100 with torch 2.11). With accumulation on CUDA the
-# trainer compiles without CUDA graphs and records the mode it used in `applied["compile"]`.
+# trainer compiles without CUDA graphs and records the mode it used in `applied["compile"]`. Off CUDA a mode's
+# CUDA graphs do nothing (torch._inductor.list_mode_options: they are the only difference), so the mode
+# without them is the one that runs, and the one recorded.
 _WITHOUT_CUDA_GRAPHS = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 
 
 def compile_mode(recipe: Recipe, device: torch.device) -> str:
     """The torch.compile mode the trainer uses for `recipe` on `device` ("none": eager)."""
-    if device.type == "cuda" and recipe.accumulation_steps > 1:
+    if device.type != "cuda" or recipe.accumulation_steps > 1:
         return _WITHOUT_CUDA_GRAPHS.get(recipe.compile, recipe.compile)
     return recipe.compile
 
@@ -76,7 +87,9 @@ def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, appl
     if applied["activation_checkpointing"]:
         for name, block in list(blocks.named_children()):
             setattr(blocks, name, _Checkpointed(block))
-    channels_last = recipe.channels_last and workload.images and device.type == "cuda"
+    # channels_last acts on 4-D image inputs into a model with 4-D (Conv2d) weights, on CUDA
+    channels_last = (recipe.channels_last and workload.images and device.type == "cuda"
+                     and any(p.dim() == 4 for p in model.parameters()))
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     applied["channels_last"] = channels_last
     mode = compile_mode(recipe, device)
@@ -101,27 +114,96 @@ def cross_entropy_loss(label_smoothing: float) -> Callable[[nn.Module, Any], tor
 
 _SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                   "math": "MATH"}
+# The calls through which a model runs scaled_dot_product_attention (nn.MultiheadAttention and the
+# Transformer layers' fast paths run it inside, where no torch function mode sees it).
+_SDPA_CALLS = tuple(f for f in (F.scaled_dot_product_attention, getattr(F, "multi_head_attention_forward", None),
+                                getattr(torch, "_native_multi_head_attention", None),
+                                getattr(torch, "_transformer_encoder_layer_fwd", None)) if f is not None)
 
 
-def attention_backend(recipe: Recipe, device: torch.device, dtype: torch.dtype | None,
-                      applied: dict[str, Any]) -> Callable[[], Any]:
-    """A context factory that pins scaled_dot_product_attention to the recipe's backend.
+class _SdpaWatch(TorchFunctionMode):
+    """While active, counts the model's calls of scaled_dot_product_attention (_SDPA_CALLS)."""
 
-    A backend the device lacks (efficient or cudnn on a CPU, flash in fp32 on a GPU) is a
-    no-op recorded as `applied["attention"] = "auto"`: a tiny causal attention call under
-    `sdpa_kernel` decides, with the run's compute dtype.
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _SDPA_CALLS:
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+class AttentionKnob:
+    """The recipe's `attention` knob: torch.nn.attention.sdpa_kernel pinned to its backend.
+
+    `pinned` is false for `auto` and for a backend the device lacks (efficient or cudnn on a
+    CPU, flash in fp32 on a GPU: a tiny causal attention call under `sdpa_kernel`, in the
+    run's compute dtype, decides), which is then recorded as `applied["attention"] = "auto"`.
+    Calling the knob gives the training step's context. `evaluation()` gives the evaluation's
+    (eager, off the clock): the first one also watches for scaled_dot_product_attention calls
+    and, where the model makes none, records `applied["attention"] = "not_applicable"`.
     """
-    applied["attention"] = "auto"
-    if recipe.attention == "auto":
-        return contextlib.nullcontext
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = getattr(SDPBackend, _SDPA_BACKENDS[recipe.attention])
-    q = torch.zeros(1, 2, 16, 16, device=device, dtype=dtype or torch.float32)
-    try:
-        with sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q, q, q, is_causal=True)
-    except RuntimeError:  # "No available kernel": this device or dtype has no such backend
-        return contextlib.nullcontext
-    applied["attention"] = recipe.attention
-    return lambda: sdpa_kernel(backend)
+    def __init__(self, recipe: Recipe, device: torch.device, dtype: torch.dtype | None, applied: dict[str, Any]):
+        self.applied, self.watched, self.backend = applied, False, None
+        applied["attention"] = "auto"
+        if recipe.attention == "auto":
+            return
+        from torch.nn.attention import SDPBackend
+
+        backend = getattr(SDPBackend, _SDPA_BACKENDS[recipe.attention])
+        q = torch.zeros(1, 2, 16, 16, device=device, dtype=dtype or torch.float32)
+        try:
+            with self._pin(backend):
+                F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        except RuntimeError:  # "No available kernel": this device or dtype has no such backend
+            return
+        self.backend = backend
+        applied["attention"] = recipe.attention
+
+    @staticmethod
+    def _pin(backend):
+        from torch.nn.attention import sdpa_kernel
+
+        return sdpa_kernel(backend)
+
+    @property
+    def pinned(self) -> bool:
+        return self.backend is not None
+
+    def __call__(self):
+        return self._pin(self.backend) if self.pinned else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def evaluation(self):
+        if self.watched:
+            with self():
+                yield
+            return
+        self.watched = True
+        watch = _SdpaWatch()
+        with self(), watch:
+            yield
+        if watch.calls == 0:
+            self.applied["attention"] = NOT_APPLICABLE
+
+
+# The knobs whose value may not act, each with the value that asks for nothing (None: every value asks for
+# something). A knob at that value is never listed: `attention: auto` on an MLP asked for no backend.
+_CHECKED_KNOBS = {"optimizer": None, "momentum": None, "precision": None, "compile": "none", "attention": "auto",
+                  "channels_last": False, "activation_checkpointing": False, "cudnn_benchmark": False,
+                  "data_loader": "device", "num_workers": 0, "pin_memory": False, "prefetch_factor": 2,
+                  "persistent_workers": False, "warmup_fraction": 0.0, "label_smoothing": 0.0}
+
+
+def not_applied(recipe: Recipe, applied: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each knob the recipe set that did not act as set: {knob: {"asked": its value, "ran": what acted}}
+    ("ran" may be `not_applicable`). `applied` holds what acted (recorded as the run was set up)."""
+    out = {}
+    for knob, asks_nothing in _CHECKED_KNOBS.items():
+        asked = getattr(recipe, knob)
+        ran = applied.get(knob, asked)  # a run that failed before setting a knob up recorded nothing of it
+        if ran != asked and (asks_nothing is None or asked != asks_nothing):
+            out[knob] = {"asked": asked, "ran": ran}
+    return out

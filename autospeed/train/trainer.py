@@ -38,9 +38,9 @@ from autospeed.train.distributed import Replicas
 from autospeed.train.environment import PeakMemory, environment
 from autospeed.train.evaluate import EvaluationOutOfMemory, better, evaluate_once, is_oom
 from autospeed.train.optimizers import build_optimizers, build_schedule
-from autospeed.train.result import EvalEvent, TrainResult
-from autospeed.train.setup import (attention_backend, autocast_dtype, compile_mode, cross_entropy_loss, pick_device,
-                                   prepare_model, set_backend_knobs)
+from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
+from autospeed.train.setup import (NOT_APPLICABLE, AttentionKnob, autocast_dtype, compile_mode, cross_entropy_loss,
+                                   not_applied, pick_device, prepare_model, set_backend_knobs)
 from autospeed.workloads import Workload, load_workload
 
 __all__ = ["EvalEvent", "TrainResult", "compile_mode", "pick_device", "train"]
@@ -89,8 +89,12 @@ def train(
     train-clock time stays on the clock, so the TTA charges the search for a micro-batch
     (`micro_batch_retry_seconds` says how much); out of memory at the smallest micro-batch,
     or in evaluation (whose batch the micro-batch does not change), ends the run `oom`.
+
+    `wall_to_target_seconds` counts from this process's start on its first run, else from this call
+    (autospeed.train.result says which when; `wall_clock_origin` names it).
     """
     wall_start = time.perf_counter()
+    before_entry_seconds, origin = wall_clock_origin()
     if num_threads:
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
@@ -104,6 +108,9 @@ def train(
         result.applied.update({"micro_batch_size": micro, "effective_batch": effective_batch(recipe), "lr": trained.lr})
         if not retry_smaller:
             break
+    if result.wall_to_target_seconds is not None:  # measured from train() entry: move it to the origin
+        result.wall_to_target_seconds += before_entry_seconds
+    result.wall_clock_origin = origin
     return result
 
 
@@ -119,12 +126,10 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
     torch.compiler.reset()
     torch.manual_seed(recipe.seed)  # every worker builds the same initial model
     replicas = Replicas.joined(recipe.workers)  # None for one worker: no process group at all
-    applied: dict[str, Any] = {"device": device.type, "workers": recipe.workers, "precision": recipe.precision,
+    # What really acted (DESIGN.md "Honest figures"): workers from the process group that formed, and each
+    # knob's value as it took effect, `not_applicable` where it cannot act here (setup.not_applied lists them)
+    applied: dict[str, Any] = {"device": device.type, "workers": replicas.world_size if replicas else 1,
                                "accumulation_steps": recipe.accumulation_steps,
-                               # pinned memory only helps host-to-GPU copies; onecycle has its own warm-up
-                               "pin_memory": recipe.pin_memory and device.type == "cuda"
-                               and (recipe.data_loader == "dataloader" or workload.uses_datasets),
-                               "warmup_fraction": 0.0 if recipe.schedule == "onecycle" else recipe.warmup_fraction,
                                # the default loss smooths labels; a workload's own loss decides for itself
                                "label_smoothing": recipe.label_smoothing if workload.loss is None else 0.0}
     set_backend_knobs(recipe, device, applied)
@@ -140,6 +145,12 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
         batches = Batches(recipe, workload, device, applied["channels_last"], rank=replicas.rank if replicas else 0,
                           world_size=replicas.world_size if replicas else 1)
         applied["data_loader"] = batches.applied_loader
+        # the loader knobs act only on a DataLoader (not on device-resident data); pinned memory only on
+        # host-to-GPU copies; prefetching and persistence only with loader worker processes
+        applied["num_workers"] = 0 if batches.resident else recipe.num_workers
+        applied["pin_memory"] = recipe.pin_memory and device.type == "cuda" and not batches.resident
+        applied["prefetch_factor"] = recipe.prefetch_factor if applied["num_workers"] else NOT_APPLICABLE
+        applied["persistent_workers"] = recipe.persistent_workers and applied["num_workers"] > 0
         state["steps_per_epoch"] = batches.steps_per_epoch
         val_batches = ValBatches(recipe, workload, device, applied["channels_last"])
         _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
@@ -157,6 +168,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
     applied.setdefault("data_loader", recipe.data_loader)
     applied["autocast"] = {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none")
     applied["grad_scaler"] = recipe.precision == "fp16"
+    applied["not_applied"] = not_applied(recipe, applied)  # the knobs set that did not act as set
     return TrainResult(
         status=state["status"], tta_seconds=state["tta"], target=target.model_dump(), best_value=state["best"],
         best_metrics=state["best_metrics"],
@@ -168,8 +180,8 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
         samples_per_second=state["samples"] / train_seconds if train_seconds > 0 else 0.0,
         steps=state["step"], epochs_done=state["step"] / state["steps_per_epoch"],
         evaluations=state["evals"], applied=applied,
-        environment={**environment(device), "workers": recipe.workers},  # devices a TTA used (one each)
-        error=state["error"], history=history,
+        environment={**environment(device), "workers": applied["workers"]},  # devices a TTA used (one each)
+        error=state["error"], history=history, wall_to_target_seconds=state.get("wall_at_target"),
     ), retry_smaller
 
 
@@ -180,10 +192,10 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     optimizers = build_optimizers(recipe, train_model, applied)
     total_steps = max(1, math.ceil(recipe.epochs * batches.steps_per_epoch))
     eval_every = max(1, round(recipe.eval_every_epochs * batches.steps_per_epoch))
-    schedulers = [build_schedule(recipe, o, total_steps) for o in optimizers]
+    schedulers = [build_schedule(recipe, o, total_steps, applied) for o in optimizers]
     scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
     loss_of = workload.loss or cross_entropy_loss(recipe.label_smoothing)
-    attention = attention_backend(recipe, device, dtype, applied)
+    attention = AttentionKnob(recipe, device, dtype, applied)
     augment = workload.augment
     k = recipe.accumulation_steps
     # The hot loop pays only for the knobs in use: no autocast context in fp32/tf32
@@ -193,7 +205,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     else:
         def autocast():
             return torch.autocast(device.type, dtype=dtype)
-    pinned_attention = attention is not contextlib.nullcontext
+    pinned_attention = attention.pinned
     # Under DDP, micro-batches before the last of a step skip the gradient all-reduce (DDP's no_sync);
     # the last one averages the accumulated gradients over the workers.
     no_sync = train_model.no_sync if replicas is not None and k > 1 else None
@@ -255,7 +267,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
             train_seconds = clock.stop()
             summed = loss_sum if replicas is None else replicas.mean(loss_sum)  # the global batch's loss
             train_loss = summed.item() / (steps_since_eval * k)
-            values = evaluate_once(workload, eval_model, val_batches, autocast, attention, replicas)
+            values = evaluate_once(workload, eval_model, val_batches, autocast, attention.evaluation, replicas)
             if target.metric not in values:
                 raise ValueError(f"workload {workload.name!r}: evaluate() returned {sorted(values)}, not the "
                                  f"target metric '{target.metric}'")
@@ -283,6 +295,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
                 return
             if event.reached and state["tta"] is None:
                 state["tta"] = train_seconds
+                state["wall_at_target"] = event.wall_seconds  # since train() entry, this evaluation included
                 state["status"] = Status.REACHED
             stop_requested = bool(on_eval(event)) if on_eval is not None else False
             if replicas is not None:

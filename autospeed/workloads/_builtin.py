@@ -1,4 +1,10 @@
-"""The embedded workloads: mnist1d (default), digits, cifar10, synthetic."""
+"""The embedded workloads: mnist1d (default), digits, cifar10, synthetic.
+
+Data a built-in generates (mnist1d, synthetic) or reads through a heavy import (digits: scikit-learn)
+is cached on disk by its options (_cache.py), so every process after the first loads it memory-mapped
+in milliseconds: a fresh `autospeed train` pays no generation (experiments/startup.py). cifar10 reads
+the user's own files.
+"""
 
 from __future__ import annotations
 
@@ -71,20 +77,30 @@ class _MLP(nn.Module):
 
 def digits(val_fraction: float = 0.25, seed: int = 0, hidden: int = 128) -> Workload:
     """scikit-learn's 8x8 digits (1797 images, shipped with scikit-learn); an MLP. For fast tests."""
-    from sklearn.datasets import load_digits
-
     if not 0 < val_fraction < 1:
         raise UserError(f"workload_options.val_fraction: must be in (0, 1), got {val_fraction}")
-    x, y = load_digits(return_X_y=True)
-    x = torch.tensor(x / 16.0, dtype=torch.float32)
-    y = torch.tensor(y, dtype=torch.int64)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
-    n_val = int(len(y) * val_fraction)
-    val, train = order[:n_val], order[n_val:]
+
+    def build() -> dict[str, np.ndarray]:
+        from sklearn.datasets import load_digits  # about 1 s of imports: once per cache key, not per process
+
+        x, y = load_digits(return_X_y=True)
+        x = torch.tensor(x / 16.0, dtype=torch.float32)
+        y = torch.tensor(y, dtype=torch.int64)
+        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+        n_val = int(len(y) * val_fraction)
+        val, train = order[:n_val], order[n_val:]
+        return {"x": x[train].numpy(), "y": y[train].numpy(), "x_val": x[val].numpy(), "y_val": y[val].numpy()}
+
+    a = cached_arrays("digits", {"val_fraction": val_fraction, "seed": seed}, build)
     return Workload(
-        name="digits", train_x=x[train], train_y=y[train], val_x=x[val], val_y=y[val],
-        build_model=lambda: _MLP(64, hidden, 10), num_classes=10,
+        name="digits", train_x=_tensor(a["x"]), train_y=_tensor(a["y"]), val_x=_tensor(a["x_val"]),
+        val_y=_tensor(a["y_val"]), build_model=lambda: _MLP(64, hidden, 10), num_classes=10,
     )
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor of its own (a copy) from a cached, memory-mapped array."""
+    return torch.from_numpy(np.array(array))
 
 
 def _flip_and_crop(pad: int) -> callable:
@@ -147,15 +163,23 @@ def synthetic(num_samples: int = 10000, image_size: int = 32, channels: int = 3,
             raise UserError(f"workload_options.{key}: must be >= 1, got {value}")
     if num_classes < 2:
         raise UserError(f"workload_options.num_classes: must be >= 2, got {num_classes}")
-    g = torch.Generator().manual_seed(seed)
-    prototypes = torch.randn(num_classes, channels, image_size, image_size, generator=g)
-    n_val = max(num_classes, num_samples // 5)
 
-    def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.randint(0, num_classes, (n,), generator=g)
-        return prototypes[y] + noise * torch.randn(n, channels, image_size, image_size, generator=g), y
+    def build() -> dict[str, np.ndarray]:
+        g = torch.Generator().manual_seed(seed)
+        prototypes = torch.randn(num_classes, channels, image_size, image_size, generator=g)
+        n_val = max(num_classes, num_samples // 5)
 
-    (tx, ty), (vx, vy) = make(num_samples), make(n_val)
-    return Workload(name="synthetic", train_x=tx, train_y=ty, val_x=vx, val_y=vy,
+        def make(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+            y = torch.randint(0, num_classes, (n,), generator=g)
+            return prototypes[y] + noise * torch.randn(n, channels, image_size, image_size, generator=g), y
+
+        (tx, ty), (vx, vy) = make(num_samples), make(n_val)
+        return {"x": tx.numpy(), "y": ty.numpy(), "x_val": vx.numpy(), "y_val": vy.numpy()}
+
+    key = {"num_samples": num_samples, "image_size": image_size, "channels": channels, "num_classes": num_classes,
+           "noise": noise, "seed": seed, "torch": torch.__version__.split("+")[0]}  # torch's generator made it
+    a = cached_arrays("synthetic", key, build)
+    return Workload(name="synthetic", train_x=_tensor(a["x"]), train_y=_tensor(a["y"]), val_x=_tensor(a["x_val"]),
+                    val_y=_tensor(a["y_val"]),
                     build_model=lambda: ConvNet(channels, tuple(widths), num_classes), num_classes=num_classes,
                     augment=None, images=True)

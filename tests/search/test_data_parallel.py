@@ -3,6 +3,8 @@ Train workers (gloo on CPU), tracked in MLflow as one trial each."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -42,10 +44,16 @@ def test_a_two_worker_trial_reaches_its_target_and_its_run_says_two_workers(sear
     assert baseline.data.tags["autospeed.status"] == "reached"
     assert 0 < baseline.data.metrics["tta_seconds"] < 120
     assert baseline.data.metrics["best_val_accuracy"] >= 0.9
-    assert baseline.data.params["workers"] == "2" and baseline.data.tags["autospeed.env.workers"] == "2"
+    # what ran, not what the recipe asked: the trainer's torch.distributed group had 2 processes
+    assert baseline.data.params["workers"] == "2"
+    assert json.loads(baseline.data.tags["autospeed.applied"])["workers"] == 2
+    assert baseline.data.tags["autospeed.env.workers"] == "2"
     assert "workers=2" in proc.stdout  # the leaderboard says how many workers a TTA used
     other = next(r for r in trials if r is not baseline)
-    # the sampled trial ran on the workers its recipe names, 1 or 2 (reserved per trial)
+    # the sampled trial ran on the workers its recipe names, 1 or 2 (reserved per trial): its first report
+    # records the size of the process group it trained in (1: none), its final one the trainer's `applied`
     assert other.data.params["workers"] in ("1", "2")
     assert other.data.tags["autospeed.env.workers"] == other.data.params["workers"]
+    if "autospeed.applied" in other.data.tags:  # absent only where ASHA stopped it before its final report
+        assert json.loads(other.data.tags["autospeed.applied"])["workers"] == int(other.data.params["workers"])
     assert other.data.tags["autospeed.status"] in ("reached", "not_reached", "stopped_early")

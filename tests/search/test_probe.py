@@ -5,6 +5,10 @@ model (probe_plugin) sleeps 0.5 s in every training forward pass unless scaled_d
 is pinned to the math backend (attention: math; `auto` leaves every backend on): a step of its small
 MLP takes about a millisecond without the sleep (and under 0.1 s on a 2-core machine loaded 5-fold),
 so math is the faster systems setting by a factor far beyond any timing noise.
+
+The decision itself (the noise margin, the geometric mean over maths and rounds, the interleaved
+rounds) is checked on given timings, in-process; probe_config runs for real once, on digits, to show
+that the probed recipes train with the space's optimizers and precisions.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ def test_the_probe_fixes_a_maths_neutral_knob_at_its_fastest_value(finished_sear
     trials = finished_search.runs("trial")
     assert len(trials) == 6
     assert {r.data.params["attention"] for r in trials} == {"math"}  # every trial, never the slow `auto`
-    assert "probe fixed: attention=math" in finished_search.stdout
+    # math is the default (the baseline's): auto, far slower, is stated against the noise it did not beat
+    assert "probe fixed: attention=math (kept default: attention=auto 0.0" in finished_search.stdout
 
 
 def test_probes_are_child_runs_of_kind_probe_with_their_measurements(finished_search):
@@ -59,6 +64,10 @@ def test_probes_are_child_runs_of_kind_probe_with_their_measurements(finished_se
              for r in probes}
     assert speed[("math", "32")] > speed[("auto", "32")]
     assert parent.data.metrics["probe_seconds"] > 0  # what the probe stage cost, for payback sums
+    # the margin behind the fix: the default kept (speed-up 1), the noise measured over its rounds (3 timed
+    # steps of a millisecond each: large, and finite)
+    assert parent.data.metrics["probe_speedup"] == 1.0 and parent.data.metrics["probe_noise"] > 0
+    assert parent.data.tags["autospeed.probe_margin"].startswith("kept default: attention=auto 0.0")
 
 
 @pytest.fixture(scope="module")
@@ -115,11 +124,24 @@ SPACE = {"name": "x", "workload": "digits", "target_accuracy": 0.9, "budget": {"
                    "data_loader": {"choice": ["device", "dataloader"]},
                    "num_workers": {"choice": [0, 2], "when": {"data_loader": ["dataloader"]}},
                    "lr": {"loguniform": [0.01, 0.1]}}}
+# fast.yaml's maths: the optimizers and precisions trials choose from, with other maths knobs beside them
+MATHS_SPACE = {**SPACE, "baseline": {"batch_size": 32, "optimizer": "sgd", "precision": "fp32", "lr": 0.02,
+                                     "schedule": "constant"},
+               "space": {"batch_size": {"choice": [32, 64]}, "optimizer": {"choice": ["sgd", "adamw"]},
+                         "lr": {"loguniform": [0.01, 0.1]}, "schedule": {"choice": ["cosine", "constant"]},
+                         "warmup_fraction": {"uniform": [0.0, 0.2], "when": {"schedule": ["cosine"]}},
+                         "precision": {"choice": ["fp32", "bf16"]},
+                         "optimizer_impl": {"choice": ["default", "foreach"]}}}
+SGD, ADAMW = {"optimizer": "sgd"}, {"optimizer": "adamw"}
 
 
-def measured(config: dict, speeds: dict, compile_seconds: float = 0.0) -> list[p.Probe]:
-    return [p.Probe(config, b, p.OOM) if s is None else p.Probe(config, b, p.OK, s, compile_seconds)
-            for b, s in speeds.items()]
+def measured(config: dict, speeds: dict, compile_seconds: float = 0.0, rounds: tuple = (1.0, 1.0),
+             maths: tuple = ({},)) -> list[p.Probe]:
+    """Probes of `config` at each batch size (`speeds`: batch size -> samples/s, None: out of memory), under
+    each maths, in each round (round r's samples/s: the given x rounds[r], the machine's speed then)."""
+    return [p.Probe(config, b, p.OOM, maths=m, round=r) if s is None else
+            p.Probe(config, b, p.OK, s * factor, compile_seconds, maths=m, round=r)
+            for r, factor in enumerate(rounds) for m in maths for b, s in speeds.items()]
 
 
 def test_configurations_start_at_the_baseline_and_move_one_knob_at_a_time_within_max_configs():
@@ -132,24 +154,148 @@ def test_configurations_start_at_the_baseline_and_move_one_knob_at_a_time_within
     assert p.configurations(spec, max_configs=3) == configs[:2]  # a slot kept for the combination
 
 
+def test_each_configuration_is_timed_under_every_optimizer_and_precision_the_space_can_choose():
+    """Other maths knobs stay at the baseline's value (lr 0.02, schedule constant: warmup_fraction inactive)."""
+    spec = spec_from_dict(MATHS_SPACE, "x.yaml")
+    assert p.maths_combinations(spec) == [
+        {"lr": 0.02, "schedule": "constant", "warmup_fraction": 0.0, "optimizer": o, "precision": q}
+        for o in ("sgd", "adamw") for q in ("fp32", "bf16")]
+    assert p.maths_combinations(spec_from_dict(SPACE, "x.yaml")) == [{"lr": 0.05}]  # the baseline's (Recipe's)
+    outside = spec_from_dict({**SPACE, "baseline": {"batch_size": 32, "lr": 0.5}}, "x.yaml")
+    assert p.maths_combinations(outside) == [{"lr": 0.01}]  # not offered: the range's first end
+
+
+@pytest.mark.parametrize("gain,winner", [(1.02, "default"), (1.20, "foreach")])
+def test_a_gain_inside_the_timing_noise_keeps_the_default_and_one_beyond_it_wins(gain, winner):
+    """The base's rounds differ by 5% (the machine's noise): 2% faster is within it, 20% is not."""
+    spec = spec_from_dict(MATHS_SPACE, "x.yaml")
+    base, foreach = {"optimizer_impl": "default"}, {"optimizer_impl": "foreach"}
+    rounds = (1.0, 1.05, 1.02)
+    probes = (measured(base, {32: 100.0, 64: 180.0}, rounds=rounds, maths=(SGD, ADAMW))
+              + measured(foreach, {32: 100.0 * gain, 64: 180.0 * gain}, rounds=rounds, maths=(SGD, ADAMW)))
+    fixed, challenger, verdict = p.fastest([base, foreach], probes, spec.budget.max_train_seconds)
+    assert fixed == {"optimizer_impl": winner} and challenger == foreach
+    assert verdict.speed == pytest.approx(gain) and verdict.noise == pytest.approx(0.05)
+    decision = p.Decision(fixed, None, spec, probes, base, challenger, verdict)
+    if winner == "default":
+        assert decision.describe() == ("probe fixed: optimizer_impl=default (kept default: optimizer_impl=foreach "
+                                       "1.02x within noise 5.0%)")
+        assert decision.speedup == 1.0
+    else:
+        assert decision.describe() == ("probe fixed: optimizer_impl=foreach (1.20x the default, faster by 20.0% > "
+                                       "noise 5.0%)")
+        assert decision.speedup == pytest.approx(1.2)
+
+
+def test_speed_is_the_geometric_mean_over_maths_so_a_gain_under_one_precision_alone_does_not_win():
+    """30% faster in fp32 but 30% slower in bf16 (noise-free rounds): slower overall, the default stays."""
+    base, fused = {"optimizer_impl": "default"}, {"optimizer_impl": "fused"}
+    fp32, bf16 = {"precision": "fp32"}, {"precision": "bf16"}
+    probes = (measured(base, {32: 100.0}, maths=(fp32, bf16))
+              + measured(fused, {32: 130.0}, maths=(fp32,)) + measured(fused, {32: 70.0}, maths=(bf16,)))
+    fixed, _, verdict = p.fastest([base, fused], probes, 30.0)
+    assert fixed == base and verdict.speed == pytest.approx((1.3 * 0.7) ** 0.5) and verdict.noise == 0.0
+
+
+def test_rounds_are_compared_pairwise_so_a_machine_slowing_down_moves_no_ratio():
+    """Round 2 runs at half speed for everyone; the challenger is 10% faster in each round."""
+    base, fast = {"compile": "none"}, {"compile": "none", "channels_last": True}
+    probes = measured(base, {32: 100.0}, rounds=(1.0, 0.5)) + measured(fast, {32: 110.0}, rounds=(1.0, 0.5))
+    _, _, verdict = p.fastest([base, fast], probes, 30.0)
+    assert verdict.speed == pytest.approx(1.1) and verdict.noise == pytest.approx(1.0)  # the base's 2x spread
+
+
+def test_noise_in_single_timings_counts_even_where_the_rounds_average_out():
+    """The base timed at half speed once in each cell, in a different round for each: every round's mean is
+    the same, yet one timing in two was off by 2x. An equal challenger must not win on that."""
+    base, same = {"optimizer_impl": "default"}, {"optimizer_impl": "foreach"}
+    probes = [p.Probe(base, 32, p.OK, 50.0, 0.0, round=0), p.Probe(base, 32, p.OK, 100.0, 0.0, round=1),
+              p.Probe(base, 64, p.OK, 100.0, 0.0, round=0), p.Probe(base, 64, p.OK, 50.0, 0.0, round=1),
+              *measured(same, {32: 100.0, 64: 100.0})]
+    fixed, _, verdict = p.fastest([base, same], probes, 30.0)
+    assert verdict.speed == pytest.approx(2 ** 0.5) and verdict.noise == pytest.approx(1.0) and fixed == base
+
+
 @pytest.mark.parametrize("compile_seconds,winner", [(5.0, "default"), (20.0, "none")])
 def test_a_compile_mode_wins_only_when_its_compile_seconds_are_repaid_within_the_budget(compile_seconds, winner):
     """Twice the speed saves half of a 30 s budget: 15 s. Compiling in 5 s pays; in 20 s it does not."""
     spec = spec_from_dict(SPACE, "x.yaml")
     base, compiled = {"compile": "none"}, {"compile": "default"}
     probes = measured(base, {32: 100.0, 64: 200.0}) + measured(compiled, {32: 200.0, 64: 400.0}, compile_seconds)
-    assert p.fastest([base, compiled], probes, spec.budget.max_train_seconds)["compile"] == winner
+    assert p.fastest([base, compiled], probes, spec.budget.max_train_seconds)[0]["compile"] == winner
 
 
-def test_a_configuration_that_runs_out_of_memory_where_the_baseline_fits_never_wins():
+def test_a_configuration_that_runs_out_of_memory_under_any_maths_where_the_baseline_fits_never_wins():
     base, wide = {"compile": "none"}, {"compile": "default"}
-    probes = measured(base, {32: 100.0, 64: 100.0}) + measured(wide, {32: 900.0, 64: None})
-    assert p.fastest([base, wide], probes, 30.0) == base
+    probes = (measured(base, {32: 100.0, 64: 100.0}, maths=(SGD, ADAMW)) + measured(wide, {32: 900.0, 64: 900.0},
+                                                                                     maths=(SGD,))
+              + measured(wide, {32: 900.0, 64: None}, maths=(ADAMW,)))
+    assert p.fastest([base, wide], probes, 30.0) == (base, None, None)
+
+
+def test_the_stage_times_every_configuration_in_interleaved_rounds_and_states_its_margin():
+    """probe_stage with a measure of given timings (no training): the order rotates each round, so no
+    configuration always runs first; each configuration and maths gets a line, the decision its margin."""
+    import io
+
+    spec = spec_from_dict({**MATHS_SPACE, "probe": {"rounds": 3}}, "x.yaml")
+    calls = []
+
+    def measure(config: dict, round_: int) -> list[p.Probe]:
+        calls.append((config["optimizer_impl"], round_))
+        speed = {"default": 100.0, "foreach": 150.0}[config["optimizer_impl"]]
+        return [p.Probe(config, b, p.OK, speed * b * (1 + round_ / 100), 0.0, maths=m, round=round_)
+                for m in p.maths_combinations(spec) for b in p.batch_sizes(spec)]
+
+    out = io.StringIO()
+    decision = p.probe_stage(spec, measure, out)
+    assert calls == [("default", 0), ("foreach", 0), ("foreach", 1), ("default", 1), ("default", 2), ("foreach", 2)]
+    assert len(decision.probes) == 2 * 4 * 2 * 3  # configurations x maths x batch sizes x rounds
+    lines = out.getvalue().splitlines()
+    assert "  probe 1: optimizer_impl=foreach [optimizer=adamw precision=bf16]: batch 32 4,848 samples/s; " \
+           "batch 64 9,696 samples/s" in lines
+    assert lines[-1] == "probe fixed: optimizer_impl=foreach (1.50x the default, faster by 50.0% > noise 2.0%)"
+    assert decision.spec.space["optimizer_impl"].choice == ["foreach"]
+
+
+def test_the_combination_of_winners_is_timed_against_the_default_in_rounds_of_its_own():
+    spec = spec_from_dict({**SPACE, "probe": {"rounds": 2}, "baseline": {"batch_size": 32},
+                           "space": {"channels_last": {"choice": [False, True]},
+                                     "optimizer_impl": {"choice": ["default", "foreach"]}}}, "x.yaml")
+    speeds = {(False, "default"): 100.0, (True, "default"): 130.0, (False, "foreach"): 120.0, (True, "foreach"): 160.0}
+    calls = []
+
+    def measure(config: dict, round_: int) -> list[p.Probe]:
+        calls.append((config["channels_last"], config["optimizer_impl"], round_))
+        return [p.Probe(config, 128, p.OK, speeds[config["channels_last"], config["optimizer_impl"]], 0.0,
+                        round=round_)]
+
+    import io
+
+    decision = p.probe_stage(spec, measure, io.StringIO())
+    assert calls[6:] == [(False, "default", 2), (True, "foreach", 2), (True, "foreach", 3), (False, "default", 3)]
+    assert decision.fixed == {"channels_last": True, "optimizer_impl": "foreach"}
+    assert decision.speedup == pytest.approx(1.6) and decision.verdict.noise == 0.0
+
+
+def test_the_probed_recipes_train_with_the_spaces_optimizers_and_precisions(dataset_cache):
+    """probe_config itself, in this process, on digits: what the trainer applied in each probe is the maths
+    it was meant to time."""
+    from autospeed.space import SearchSpec
+
+    data = {**MATHS_SPACE, "probe": {"warmup_steps": 0, "steps": 1},
+            "space": {**MATHS_SPACE["space"], "batch_size": {"choice": [32]}}}
+    spec: SearchSpec = spec_from_dict(data, "x.yaml")
+    found = [p.Probe(**d) for d in p.probe_config(spec.model_dump_json(), {"optimizer_impl": "foreach"}, 1, 2)]
+    assert [(d.status, d.round, d.maths["optimizer"], d.maths["precision"]) for d in found] == [
+        ("ok", 2, o, q) for o in ("sgd", "adamw") for q in ("fp32", "bf16")]
+    assert [d.applied for d in found] == [{"optimizer_impl": "foreach", "optimizer": o, "precision": q}
+                                          for o in ("sgd", "adamw") for q in ("fp32", "bf16")]
 
 
 def test_batch_sizes_that_do_not_fit_get_the_largest_fitting_micro_batch_dividing_them():
     spec = spec_from_dict(SPACE, "x.yaml")
-    fits_64 = p.speeds(measured({}, {32: 1.0, 64: 1.0, 256: None}))[p._key({})]
+    fits_64 = p.by_batch(p.timings(measured({}, {32: 1.0, 64: 1.0, 256: None}, maths=(SGD, ADAMW)))[p._key({})])
     assert p.micro_batch_for(fits_64) == 64
     space = p.narrowed(spec, {"compile": "none", "data_loader": "device"}, 64).space
     assert space["compile"].choice == ["none"] and space["data_loader"].choice == ["device"]

@@ -250,3 +250,53 @@ def test_a_probed_configuration_is_one_line_with_speed_per_batch_size_and_ooms()
 
     assert line == ("  probe 2: compile=default channels_last=True: batch 64 12,346 samples/s, compile 4.1 s; "
                     "batch 512 oom")
+
+
+# ------------------------------------------------------------------ knobs that did not act are marked
+def test_the_leaderboard_and_the_live_lines_mark_a_knob_that_did_not_act():
+    """A trial asked for `attention: math` on the digits MLP, which never calls scaled_dot_product_attention:
+    its line in the search's output and its row in the leaderboard (terminal and report) say so."""
+    import json
+
+    from autospeed.recipe import Recipe
+    from autospeed.track import layout, runs
+    from autospeed.train.trainer import train
+
+    asked = dict(workload="digits", target_accuracy=0.9, epochs=3, eval_every_epochs=1, batch_size=32, lr=0.1)
+    results = {"trial_00001": train(Recipe(**asked, attention="math")), "baseline": train(Recipe(**asked))}
+
+    rows = []
+    for label, result in results.items():
+        tags = layout.applied_tags(result.applied)  # as the trial's MLflow run holds them
+        rows.append(runs.TrialRow(
+            run_id=label, trial_id=label, kind="trial", baseline=label == "baseline", status=result.status.value,
+            tta_seconds=result.tta_seconds, best_val_accuracy=result.best_val_accuracy, objective=result.objective,
+            wall_seconds=result.wall_seconds, params={"batch_size": "32", "lr": "0.1"},
+            applied=json.loads(tags[layout.TAG_APPLIED])))
+    board = runs.format_leaderboard(rows).splitlines()
+    trial = next(line for line in board if "trial_00001" in line)
+    baseline = next(line for line in board if "baseline" in line)
+    assert trial.endswith("batch_size=32 lr=0.1 attention=math (n/a)")
+    assert baseline.endswith("batch_size=32 lr=0.1")  # `auto` asked for no backend: nothing to mark
+    assert layout.applied_tags(results["trial_00001"].applied)["autospeed.applied.not_applied"] == \
+        "attention=math (n/a)"
+
+    view = SearchView(total=2, stream=io.StringIO(), live=False)
+    view.finished("t_1", "trial_00001", "reached", 1.0, 0.95, False, {"lr": 0.1, "attention": "math"},
+                  results["trial_00001"].applied)
+    view.finished("t_0", "baseline", "reached", 2.0, 0.95, True, {}, results["baseline"].applied)
+    trial_line, baseline_line = view.stream.getvalue().splitlines()
+    assert "trial_00001: reached, TTA 1.00 s (not applied: attention=math (n/a))" in trial_line
+    assert "not applied" not in baseline_line
+    assert view.block()[1][1].endswith("lr=0.1 attention=math (n/a)")  # the best trial's knobs
+
+
+def test_a_marked_knob_is_shown_in_place_and_past_the_limit():
+    applied = {"not_applied": {"optimizer": {"asked": "muon", "ran": "adamw"},
+                               "momentum": {"asked": 0.9, "ran": "0.85-0.95 (onecycle)"},
+                               "channels_last": {"asked": True, "ran": False}}}
+    config = {"lr": 0.1, "batch_size": 64, "schedule": "onecycle", "optimizer": "muon"}
+
+    assert format_knobs(config, limit=2, applied=applied) == (
+        "lr=0.1 batch_size=64 optimizer=muon (ran adamw) channels_last=true (n/a) "
+        "momentum=0.9 (ran 0.85-0.95 (onecycle)) +1")

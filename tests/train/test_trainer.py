@@ -77,7 +77,8 @@ def test_every_knob_value_trains(digits, knobs):
     assert result.epochs_done == pytest.approx(3.0)
     assert result.best_val_accuracy > 0.6, "the model should learn with every knob (chance is 0.1)"
     assert result.applied["device"] == "cpu"
-    assert result.applied["precision"] == knobs.get("precision", "fp32")
+    asked = knobs.get("precision", "fp32")
+    assert result.applied["precision"] == ("fp32" if asked == "tf32" else asked)  # TF32 is CUDA's
     assert result.applied["data_loader"] == knobs.get("data_loader", "device")
     assert result.applied["accumulation_steps"] == knobs.get("accumulation_steps", 1)
     assert result.applied["optimizer_impl"] == knobs.get("optimizer_impl", "default")
@@ -88,11 +89,52 @@ def test_knobs_that_cannot_apply_on_cpu_are_recorded_as_not_applied(digits):
                           pin_memory=True, schedule="onecycle", warmup_fraction=0.1, epochs=1), digits)
 
     assert result.error is None
-    assert result.applied["tf32"] is False
+    assert result.applied["tf32"] is False and result.applied["precision"] == "fp32"
     assert result.applied["channels_last"] is False
     assert result.applied["cudnn_benchmark"] is False
     assert result.applied["pin_memory"] is False
-    assert result.applied["warmup_fraction"] == 0.0  # onecycle warms up its own way
+    assert result.applied["warmup_fraction"] == "not_applicable"  # onecycle warms up its own way
+    assert result.applied["not_applied"] == {
+        "precision": {"asked": "tf32", "ran": "fp32"}, "channels_last": {"asked": True, "ran": False},
+        "cudnn_benchmark": {"asked": True, "ran": False}, "pin_memory": {"asked": True, "ran": False},
+        "warmup_fraction": {"asked": 0.1, "ran": "not_applicable"},
+        "momentum": {"asked": 0.9, "ran": "0.85-0.95 (onecycle)"}}
+
+
+def test_loader_knobs_on_device_resident_data_are_recorded_as_not_applied(digits):
+    """`data_loader: device` slices batches on the device: no DataLoader, so no loader workers."""
+    resident = train(recipe(data_loader="device", num_workers=2, prefetch_factor=4, persistent_workers=True,
+                            epochs=1), digits)
+    loader = train(recipe(data_loader="dataloader", num_workers=1, prefetch_factor=4, persistent_workers=True,
+                          epochs=1), digits)
+
+    assert resident.error is None and loader.error is None
+    assert (resident.applied["num_workers"], resident.applied["prefetch_factor"],
+            resident.applied["persistent_workers"]) == (0, "not_applicable", False)
+    assert set(resident.applied["not_applied"]) == {"num_workers", "prefetch_factor", "persistent_workers"}
+    assert (loader.applied["num_workers"], loader.applied["prefetch_factor"],
+            loader.applied["persistent_workers"]) == (1, 4, True)
+    assert loader.applied["not_applied"] == {}
+
+
+def test_momentum_under_onecycle_records_the_cycled_momentum_that_acted(digits):
+    """OneCycleLR cycles the momentum itself (cycle_momentum): the recipe's momentum changes nothing, and
+    `applied` says what acted instead; under another schedule the recipe's momentum acts."""
+    def run(schedule: str, momentum: float):
+        return train(recipe(schedule=schedule, momentum=momentum, epochs=1, target_accuracy=1.0), digits)
+
+    onecycle_low, onecycle_high = run("onecycle", 0.5), run("onecycle", 0.9)
+    constant_low, constant_high = run("constant", 0.5), run("constant", 0.9)
+
+    def trajectory(result):
+        return [(h["train_loss"], h["val_loss"], h["val_accuracy"]) for h in result.history]
+
+    assert trajectory(onecycle_low) == trajectory(onecycle_high)  # bit for bit: the recipe's momentum did nothing
+    assert trajectory(constant_low) != trajectory(constant_high)  # the comparison has power
+    for result in (onecycle_low, onecycle_high):
+        assert result.applied["momentum"] == "0.85-0.95 (onecycle)"
+        assert result.applied["not_applied"]["momentum"]["ran"] == "0.85-0.95 (onecycle)"
+    assert constant_high.applied["momentum"] == 0.9 and "momentum" not in constant_high.applied["not_applied"]
 
 
 def test_autocast_and_scaler_are_recorded(digits):
@@ -157,6 +199,30 @@ def test_eager_run_reports_no_compile_time_but_a_first_step_time(digits):
     assert 0 < result.first_step_seconds <= result.train_seconds
 
 
+def top_singular_value_ratio(update: torch.Tensor, k: int = 8) -> float:
+    """The k-th largest singular value of a weight update over the largest: near 1 for Muon's
+    orthogonalised update (its top singular values near-equal), far below for AdamW's or SGD's."""
+    s = torch.linalg.svdvals(update.double())
+    return float(s[k - 1] / s[0])
+
+
+def one_step_updates(workload, **knobs) -> tuple[dict[str, torch.Tensor], dict]:
+    """Each parameter's update in one optimizer step over the whole training set (no weight decay), and
+    the run's `applied`."""
+    captured, built = capture_model(workload)
+    initial = {}
+
+    def build():
+        model = captured.build_model()
+        initial.update({name: p.detach().clone() for name, p in model.named_parameters()})
+        return model
+
+    result = train(recipe(**{"batch_size": len(workload.train_x), "epochs": 1, "target_accuracy": 1.0,
+                             "weight_decay": 0.0, **knobs}), dataclasses.replace(workload, build_model=build))
+    assert result.error is None and result.steps == 1
+    return {name: p.detach() - initial[name] for name, p in built[-1].named_parameters()}, result.applied
+
+
 def test_muon_takes_the_hidden_weights_and_adamw_the_rest(digits):
     from autospeed.train.optimizers import muon_split
 
@@ -168,8 +234,27 @@ def test_muon_takes_the_hidden_weights_and_adamw_the_rest(digits):
     assert {id(p) for p in hidden}.isdisjoint(id(p) for p in rest)
     assert len(hidden) + len(rest) == len(list(model.parameters()))
 
-    result = train(recipe(optimizer="muon", lr=0.01, epochs=1, target_accuracy=1.0), digits)
-    assert result.error is None and result.applied["muon_parameters"] == 128 * 64 + 128 * 128
+    muon, muon_applied = one_step_updates(digits, optimizer="muon", lr=0.01)
+    adamw, adamw_applied = one_step_updates(digits, optimizer="adamw", lr=0.01)
+    assert (muon_applied["optimizer"], muon_applied["muon_parameters"]) == ("muon", 128 * 64 + 128 * 128)
+    assert adamw_applied["optimizer"] == "adamw"
+    for name in ("checkpoint_blocks.0.0.weight", "checkpoint_blocks.1.0.weight"):  # Muon's: orthogonalised
+        assert top_singular_value_ratio(muon[name]) > 0.75, name
+        assert top_singular_value_ratio(adamw[name]) < 0.6, name
+    for name in ("head.weight", "head.bias", "checkpoint_blocks.0.0.bias"):  # AdamW's: AdamW's very step
+        torch.testing.assert_close(muon[name], adamw[name], rtol=0, atol=0)
+
+
+def test_muon_on_a_model_without_hidden_weights_is_recorded_as_the_adamw_it_is():
+    """The conv net's only nn.Linear is its head: nothing for Muon, so the run is AdamW, step for step."""
+    synthetic = load_workload("synthetic", {"num_samples": 256, "image_size": 8, "noise": 1.0, "widths": [8, 16]})
+    runs = {opt: train(recipe(workload="synthetic", optimizer=opt, lr=0.01, batch_size=32, epochs=1,
+                              target_accuracy=1.0), synthetic) for opt in ("muon", "adamw")}
+
+    assert runs["muon"].error is None
+    assert (runs["muon"].applied["optimizer"], runs["muon"].applied["muon_parameters"]) == ("adamw", 0)
+    assert runs["muon"].applied["not_applied"]["optimizer"] == {"asked": "muon", "ran": "adamw"}
+    assert [h["train_loss"] for h in runs["muon"].history] == [h["train_loss"] for h in runs["adamw"].history]
 
 
 # ---------------------------------------------------------------- statuses
@@ -402,7 +487,9 @@ def test_tta_excludes_evaluation_time(write_plugin):
     ("reduce-overhead", 1, "cuda", "reduce-overhead"),
     ("max-autotune-no-cudagraphs", 2, "cuda", "max-autotune-no-cudagraphs"),
     ("default", 2, "cuda", "default"),
-    ("reduce-overhead", 2, "cpu", "reduce-overhead"),  # no CUDA graphs on a CPU
+    ("reduce-overhead", 2, "cpu", "default"),  # no CUDA graphs on a CPU: the mode without them is what runs
+    ("max-autotune", 1, "cpu", "max-autotune-no-cudagraphs"),
+    ("default", 1, "cpu", "default"),
 ])
 def test_cuda_graph_modes_compile_without_cuda_graphs_when_accumulating(mode, accumulation, device, used):
     """CUDA graphs cannot accumulate gradients over micro-batches (pytorch/pytorch#169545, seen on an H100)."""
@@ -422,6 +509,19 @@ def test_attention_backend_takes_effect_or_is_a_recorded_no_op_on_cpu(backend, a
 
     assert result.error is None and result.steps > 0
     assert result.applied["attention"] == applied
+    assert ("attention" in result.applied["not_applied"]) == (applied != backend)
+
+
+@pytest.mark.parametrize("backend", ["math", "auto"])
+def test_attention_on_a_model_without_scaled_dot_product_attention_is_not_applicable(digits, backend):
+    """The digits MLP never calls scaled_dot_product_attention: no backend can act on it."""
+    result = train(recipe(attention=backend, epochs=1), digits)
+
+    assert result.error is None
+    assert result.applied["attention"] == "not_applicable"
+    # `auto` asked for no backend: nothing to report; `math` asked for one that could not act
+    expected = {"math": {"attention": {"asked": "math", "ran": "not_applicable"}}, "auto": {}}[backend]
+    assert result.applied["not_applied"] == expected
 
 
 # ---------------------------------------------------------------- micro-batching (micro_batch_size)
@@ -483,10 +583,17 @@ def test_max_micro_batch_workload_option_simulates_a_memory_limit_on_any_workloa
 ])
 def test_lr_scaling_trains_with_lr_times_f_of_the_effective_batch(digits, rule, batch_size, accumulation,
                                                                    expected_lr):
-    """lr is the peak LR at reference_batch = 64 examples; what the optimizer used is in `applied`."""
+    """lr is the peak LR at reference_batch = 64 examples: the scaled run is, bit for bit, the unscaled run
+    at lr x f (same seed, same batches), and `applied` records that LR."""
     scaling = {"rule": rule, "reference_batch": 64} if rule != "none" else {"rule": "none"}
-    result = train(recipe(lr=0.1, batch_size=batch_size, accumulation_steps=accumulation, lr_scaling=scaling,
-                          micro_batch_size=16, epochs=1, target_accuracy=1.0), digits)
+    same = dict(batch_size=batch_size, accumulation_steps=accumulation, micro_batch_size=16, epochs=1,
+                target_accuracy=1.0)
+    scaled = train(recipe(lr=0.1, lr_scaling=scaling, **same), digits)
+    by_hand = train(recipe(lr=scaled.applied["lr"], **same), digits)
 
-    assert result.applied["lr"] == pytest.approx(expected_lr)
-    assert result.error is None
+    assert scaled.error is None and scaled.applied["lr"] == pytest.approx(expected_lr)
+    assert [(h["train_loss"], h["val_loss"]) for h in scaled.history] == [
+        (h["train_loss"], h["val_loss"]) for h in by_hand.history]
+    if rule != "none":  # the comparison has power: at the unscaled lr the run ends elsewhere
+        unscaled = train(recipe(lr=0.1, **same), digits)
+        assert unscaled.history[-1]["train_loss"] != scaled.history[-1]["train_loss"]

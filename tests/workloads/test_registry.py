@@ -166,18 +166,52 @@ def test_lm_model_is_causal():
     assert not torch.allclose(before[:, -1], after[:, -1])
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_lm_learns_with_adamw_and_muon(optimizer):
+def lm_run(optimizer: str, epochs: float, capture: bool = False):
+    """A run of the tiny LM; with `capture`, also each parameter's update (final - initial)."""
     from autospeed.recipe import Recipe
     from autospeed.train.trainer import train
 
+    workload, initial, built = load_workload("lm", TINY_LM), {}, []
+    build = workload.build_model
+
+    def build_and_keep():
+        built.append(build())
+        initial.update({name: p.detach().clone() for name, p in built[-1].named_parameters()})
+        return built[-1]
+
+    workload.build_model = build_and_keep
     result = train(Recipe(workload="lm", workload_options=TINY_LM, optimizer=optimizer, lr=0.003, batch_size=16,
-                          epochs=1, eval_every_epochs=1, target={"metric": "val_loss", "mode": "min", "value": 0.1}),
-                   load_workload("lm", TINY_LM))
+                          epochs=epochs, eval_every_epochs=epochs, weight_decay=0.0,
+                          target={"metric": "val_loss", "mode": "min", "value": 0.1}), workload)
+    return result, {name: p.detach() - initial[name] for name, p in built[-1].named_parameters()}
+
+
+@pytest.fixture(scope="module")
+def lm_one_step():
+    """optimizer -> (result, updates) of one optimizer step (epochs 0.001 is one step of 16 sequences)."""
+    return {optimizer: lm_run(optimizer, epochs=0.001) for optimizer in ("adamw", "muon")}
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_lm_learns_with_adamw_and_muon(optimizer, lm_one_step):
+    result, _ = lm_run(optimizer, epochs=1)
 
     assert result.error is None and result.status == "not_reached"
     assert result.best_value < 4.0, "well below log(256) = 5.55 nats per byte after one epoch"
-    assert (result.applied.get("muon_parameters", 0) > 0) == (optimizer == "muon")
+    assert result.applied["optimizer"] == optimizer
+    # qkv, proj, fc and fc_out of the one block: (3 + 1 + 4 + 4) x width^2
+    assert result.applied.get("muon_parameters", 0) == ((3 + 1 + 4 + 4) * 32 * 32 if optimizer == "muon" else 0)
+
+    # Muon really updated the hidden weights: one step's update is orthogonalised (its top singular values
+    # near-equal), unlike AdamW's; the embedding (tied head) is AdamW's in both, bit for bit.
+    step, updates = lm_one_step[optimizer]
+    assert step.error is None and step.steps == 1
+    for name in ("qkv", "proj", "fc", "fc_out"):
+        s = torch.linalg.svdvals(updates[f"checkpoint_blocks.0.{name}.weight"].double())
+        near_equal = float(s[7] / s[0])  # the 8th largest over the largest
+        assert near_equal > 0.75 if optimizer == "muon" else near_equal < 0.6, (name, near_equal)
+    torch.testing.assert_close(lm_one_step["muon"][1]["tok.weight"], lm_one_step["adamw"][1]["tok.weight"],
+                               rtol=0, atol=0)
 
 
 def test_lm_rejects_a_width_its_heads_do_not_divide():
