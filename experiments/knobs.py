@@ -188,11 +188,9 @@ def main() -> None:
         ms = [m for m, _ in pairs]
         ratios = [m["samples_per_second"] / b["samples_per_second"] for m, b in pairs]
         compile_s = [m["compile_seconds"] for m in ms]
-        asked = {"tf32": overrides.get("precision") == "tf32", **{k: overrides.get(k, False) for k in
-                 ("channels_last", "cudnn_benchmark", "activation_checkpointing")}}
-        not_applied = [k for k, on in asked.items() if on and ms[0]["applied"].get(k) is False]
-        if overrides.get("attention", "auto") != ms[0]["applied"].get("attention", "auto"):
-            not_applied.append(f"attention {overrides['attention']}")
+        # the trainer's own account of each knob the recipe set that did not act (applied["not_applied"])
+        not_applied = [f"{k} {v['asked']} (ran {v['ran']})" for k, v in
+                       ms[0]["applied"].get("not_applied", {}).items() if k in overrides]
         compile_text = (f"{statistics.median(compile_s):.2f} (first {compile_s[0]:.2f})"
                         if any(compile_s) else "-")
         lines.append(f"| {label} | {statistics.median(m['samples_per_second'] for m in ms):,.0f} | "

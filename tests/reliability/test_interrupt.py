@@ -140,11 +140,11 @@ def test_ctrl_c_sigterm_and_ctrl_c_in_confirmation_each_resume_where_they_stoppe
     assert len(kept) == 2 and gate.builds() == 4
 
     # 3. Ctrl-C in confirmation: the trial left ends (build 5), then repeat 0 of the best recipe
-    # (build 6; the baseline's trial is its first sample); repeat 1 of the best recipe (build 7) is held.
+    # (build 6); repeat 0 of the baseline (build 7, a fresh process: no search trial is a sample) is held.
     gate.open(5, 6)
     third = start_cli(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
     gate.wait_for(7, third)
-    assert _builds(gate)[4:] == [(5, 0), (6, CONFIRM_SEED), (7, CONFIRM_SEED + 1)]
+    assert _builds(gate)[4:] == [(5, 0), (6, CONFIRM_SEED), (7, CONFIRM_SEED)]
     assert third.stdout.count("] confirm ") == 1  # repeat 0 of the best recipe
     third.ctrl_c()  # Ray Tune's own Ctrl-C handler must be gone by now
     assert third.wait() == 130, third.stderr

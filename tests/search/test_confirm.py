@@ -16,7 +16,7 @@ from autospeed.recipe import Recipe
 from autospeed.search.confirm import Candidate, _decide
 
 
-REPEATS, TOP_K = 2, 1  # the shared search's confirm section (tests/conftest.py)
+REPEATS, TOP_K = 3, 1  # the shared search's confirm section (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
