@@ -112,7 +112,7 @@ def variants(winner: Candidate, baseline: Recipe) -> tuple[list[Ablated], list[s
             notes.append(f"{name}: not ablated, the winner with it set back is not a valid recipe "
                          f"({e.errors()[0]['msg']})")
             continue
-        values = {f: getattr(winner.recipe, f) for f in set_back}
+        values = {f: winner.recipe.training_fields()[f] for f in set_back}  # plain values (lr_scaling: a dict)
         out.append(Ablated(name, set_back, values, Candidate(winner.trial_id, False, None, recipe,
                                                               name=f"without {name}"), reference))
     return out, notes
@@ -157,7 +157,7 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, outcome: Conf
         end_killed(client, parent, t.KIND_ABLATION)
         raise
     record = {a.knob: a.as_dict(outcome.speedup) for a in ablated}
-    t.log_batch(client, parent.info.run_id, tags={t.TAG_ABLATION: json.dumps(record, sort_keys=True)[:5000]})
+    t.log_batch(client, parent.info.run_id, tags={t.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
     text = format_ablation(ablated, outcome.speedup)
     client.log_text(parent.info.run_id, text, "ablation.txt")
     print(text, file=console, flush=True)

@@ -4,6 +4,7 @@ confirmation child runs, the exported `measured` section, and the environment wa
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 
@@ -159,7 +160,7 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
     records the speed-up lost as the ratio of those medians."""
     from mlflow.tracking import MlflowClient
 
-    from autospeed.search.ablation import knobs_to_ablate, run_ablation
+    from autospeed.search.ablation import knobs_to_ablate, run_ablation, variants
     from autospeed.search.confirm import ConfirmOutcome
     from autospeed.space import SearchSpec
     from autospeed.track.export import _add_ablation
@@ -173,6 +174,11 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
     assert knobs_to_ablate(winner, base) == [("lr", {"lr": 0.01})]
     assert knobs_to_ablate(winner.model_copy(update={"schedule": "cosine", "warmup_fraction": 0.1}), base) == [
         ("lr", {"lr": 0.01}), ("schedule+warmup_fraction", {"schedule": "constant", "warmup_fraction": 0.0})]
+    scaled = Recipe(lr=0.1, lr_scaling={"rule": "sqrt", "reference_batch": 128}, **common)
+    ablated, _ = variants(Candidate("t1", False, None, scaled), base)
+    scaling = next(a for a in ablated if a.knob == "lr_scaling")  # a knob whose value is a mapping
+    assert json.loads(json.dumps(scaling.as_dict(2.0)))["set_back"] == {
+        "lr_scaling": base.training_fields()["lr_scaling"]}
 
     spec = SearchSpec.model_validate({
         "name": "ablate", "workload": "pid_plugin:pids", "target_accuracy": 0.9,
