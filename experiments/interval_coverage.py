@@ -371,15 +371,19 @@ def main() -> None:
     lines.append("")
 
     verdicts = {label: all(v >= GOAL for v in per_n.values()) for label, per_n in worst.items()}
-    remeasured = [v for per_n in worst_remeasure.values() for v in per_n.values() if v == v]
+    missing = {case.label for case in cases if case.miss > 0}
+    remeasured = [v for label, per_n in worst_remeasure.items() if label not in missing for v in per_n.values()]
+    remeasured_missing = [v for label, per_n in worst_remeasure.items() if label in missing for v in per_n.values()]
     lines += [f"**Goal coverage >= {GOAL} at nominal {CONFIDENCE:.2f} for every n (lowest over the speed-ups):**", ""]
     lines += [f"- {label}: {'met' if verdicts[label] else 'NOT met'} ("
               + ", ".join(f"n = {n}: {pct(v)}" for n, v in per_n.items()) + ")" for label, per_n in worst.items()]
     lines += [f"- adaptive repeats: {'met' if worst_seq >= GOAL else 'NOT met'} (lowest {pct(worst_seq)})",
-              f"- the user's view, a fresh {FRESH_RUNS}-a-side re-measurement inside the printed re-measurement range "
-              f"(no misses): {'met' if remeasured and min(remeasured) >= GOAL else 'NOT met'} (lowest "
-              f"{pct(min(remeasured)) if remeasured else '-'}); inside the interval for the true speed-up: lowest "
-              f"{pct(min(v for per_n in worst_fresh.values() for v in per_n.values()))}", "",
+              f"- the user's view, a fresh {FRESH_RUNS}-a-side re-measurement inside the printed re-measurement range, "
+              f"TTAs without misses: {'met' if remeasured and min(remeasured) >= GOAL else 'NOT met'} (lowest "
+              f"{pct(min(remeasured)) if remeasured else '-'}); where 10% of runs miss (the range is printed only "
+              f"when the measured runs missed none, but the re-measurement may miss): lowest "
+              f"{pct(min(remeasured_missing)) if remeasured_missing else '-'}; inside the interval for the true "
+              f"speed-up instead: lowest {pct(min(v for per_n in worst_fresh.values() for v in per_n.values()))}", "",
               "Reading: the new interval is exact when the two sides' TTA distributions differ by a scale factor "
               "(the measured, twice-the-spread and miss cases, whatever the shape); with unequal spreads it is not, "
               "and at n = 3 no interval of the pairwise ratios can be wider than [min, max]. At n = 3 the old "

@@ -84,6 +84,15 @@ class Ablated:
                 self.lost_at_least, "share": self.share(speedup)}
 
 
+def _short(value: Any) -> str:
+    """A knob value for the table: floats to 3 significant digits, a mapping as its set fields."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_short(v)}" for k, v in value.items() if v is not None)
+    return str(value)
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
@@ -169,7 +178,7 @@ def format_ablation(ablated: list[Ablated], speedup: float | None) -> str:
     lines = ["ablation: the winner with one knob set back to the baseline's value (TTA in train-clock seconds)",
              f"  {'knob':<28} {'winner -> baseline':<28} {'median':>8} {'reached':>8} {'lost':>8} {'share':>6}"]
     for a in sorted(ablated, key=lambda a: -(a.share(speedup) or 0.0)):
-        change = ", ".join(f"{a.winner_values[f]} -> {v}" for f, v in a.set_back.items())
+        change = ", ".join(f"{_short(a.winner_values[f])} -> {_short(v)}" for f, v in a.set_back.items())
         median = f"{a.runs.median:.2f}" if a.runs.median is not None else "missed"
         lost = (f">={a.lost_at_least:.2f}x" if a.lost_at_least is not None else
                 f"{a.lost:.2f}x" if a.lost is not None else "-")
