@@ -23,7 +23,7 @@ still covers with at least 90%.
 Each run is an MLflow child run of the search's parent with `autospeed.kind=confirm`; the
 results go to the parent as the `confirm_*` metrics and the `autospeed.confirmed_best_trial`
 tag that `autospeed export` reads. With `confirm.ablation`, search/ablation.py then re-times
-the winner with each knob set back to the baseline's value.
+the winner with each knob set back to the baseline's value (run.py calls it after this).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def train_like_production(recipe: Recipe, spec: SearchSpec):
 def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
                      repeats: int | None = None, top_k: int | None = None) -> ConfirmOutcome | None:
     """Re-run the best recipes and the baseline, interleaved, each in a fresh process; log them; set the
-    parent's confirm_* results; then the ablation (confirm.ablation). None when there is nothing to confirm."""
+    parent's confirm_* results. None when there is nothing to confirm. (The ablation follows: run.py.)"""
     repeats = spec.confirm.repeats if repeats is None else repeats
     top_k = spec.confirm.top_k if top_k is None else top_k
     if repeats <= 0:
@@ -209,10 +209,6 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
 
     outcome = _decide(candidates, repeats, confidence)
     _log_parent(client, parent_run_id, outcome, trials_total)
-    if spec.confirm.ablation and outcome.winner is not None and outcome.baseline is not None:
-        from autospeed.search.ablation import run_ablation
-
-        outcome.ablation = run_ablation(client, spec, parent, search_id, outcome, trials_total, console)
     return outcome
 
 

@@ -229,11 +229,18 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
         outcome.interrupted = outcome.confirmation_interrupted = True
         print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
         return
-    if outcome.confirmation is not None:
-        print(file=console)
-        print(format_confirmation(outcome.confirmation), file=console, flush=True)
-        if outcome.confirmation.ablation_interrupted:  # the confirmation stands; the exit says interrupted
-            outcome.interrupted = outcome.confirmation_interrupted = True
+    confirmed = outcome.confirmation
+    if confirmed is None:
+        return
+    if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
+        from autospeed.search.ablation import run_ablation
+
+        confirmed.ablation = run_ablation(client, spec, client.get_run(outcome.parent_run_id), outcome.search_id,
+                                          confirmed, len(outcome.rows), console)
+    print(file=console)
+    print(format_confirmation(confirmed), file=console, flush=True)
+    if confirmed.ablation_interrupted:  # the confirmation stands; the exit says interrupted
+        outcome.interrupted = outcome.confirmation_interrupted = True
 
 
 def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent_id: str) -> Path:
