@@ -35,8 +35,7 @@ import pydantic
 
 from autospeed.track import layout as t
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import (SEED_OFFSET, Candidate, ConfirmOutcome, describe, end_killed, start_run,
-                                      train_like_production)
+from autospeed.search.confirm import SEED_OFFSET, Candidate, ConfirmOutcome, describe, end_killed, train_and_log
 from autospeed.space import SearchSpec
 
 NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
@@ -147,13 +146,9 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, outcome: Conf
         for r in range(rounds):
             for c in order:
                 seed = outcome.winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
-                recipe = c.recipe.model_copy(update={"seed": seed})
                 knob = c.name.removeprefix("without ") if c is not reference else "none"
-                run_id = start_run(client, parent, search_id, c, r, recipe, trials_total, t.KIND_ABLATION,
-                                   {t.TAG_ABLATION_KNOB: knob})
-                result = train_like_production(recipe, spec)
-                t.finish_run(client, run_id, recipe, result)
-                c.record(result)
+                result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_ABLATION, spec,
+                                       {t.TAG_ABLATION_KNOB: knob})
                 done += 1
                 print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}",
                       file=console, flush=True)

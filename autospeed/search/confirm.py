@@ -192,13 +192,10 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     def run_round(r: int) -> None:
         nonlocal done
         for c in candidates:
-            recipe = c.recipe.model_copy(update={"seed": c.recipe.seed + SEED_OFFSET + r})
-            run_id = start_run(client, parent, search_id, c, r, recipe, trials_total, t.KIND_CONFIRM)
-            result = train_like_production(recipe, spec)
-            t.finish_run(client, run_id, recipe, result)
-            c.record(result)
+            seed = c.recipe.seed + SEED_OFFSET + r
+            result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec)
             done += 1
-            print(f"  [{done}/{of_total}] confirm {c.label} (seed {recipe.seed}): {describe(result)}",
+            print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}",
                   file=console, flush=True)
 
     try:
@@ -255,8 +252,20 @@ def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFI
     return ConfirmOutcome(candidates, repeats, ranked[0] if ranked else None, base, confidence)
 
 
-def start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe, trials_total: int,
-              kind: str, tags: dict[str, str] | None = None) -> str:
+def train_and_log(client, parent, search_id: str, c: Candidate, repeat: int, seed: int, trials_total: int,
+                  kind: str, spec: SearchSpec, tags: dict[str, str] | None = None):
+    """One confirmation or ablation run of `c` with `seed`: its MLflow child run of `kind` opened, the recipe
+    trained like production, the run finished and the result recorded on `c`. Returns the result."""
+    recipe = c.recipe.model_copy(update={"seed": seed})
+    run_id = _start_run(client, parent, search_id, c, repeat, recipe, trials_total, kind, tags)
+    result = train_like_production(recipe, spec)
+    t.finish_run(client, run_id, recipe, result)
+    c.record(result)
+    return result
+
+
+def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe, trials_total: int,
+               kind: str, tags: dict[str, str] | None = None) -> str:
     with t.interrupts_held():
         run = client.create_run(parent.info.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
                                 tags={t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id,

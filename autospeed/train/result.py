@@ -113,8 +113,11 @@ def process_age_seconds() -> float | None:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
         return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, AttributeError, ValueError, IndexError):
-        pass
+    except (OSError, AttributeError, ValueError, IndexError):  # not Linux: ask psutil
+        return _psutil_process_age_seconds()
+
+
+def _psutil_process_age_seconds() -> float | None:
     try:
         import psutil
     except ImportError:

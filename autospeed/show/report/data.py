@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autospeed.outcome import median_tta
 from autospeed.recipe import ACCURACY, Target, target_from
 from autospeed.track import layout as t
 from autospeed.track import runs as res
@@ -34,8 +34,7 @@ class Confirmed:
 
     @property
     def median(self) -> float | None:  # a miss counts as infinitely slow, as in autospeed.confirm
-        m = statistics.median([x if x is not None else math.inf for x in self.ttas]) if self.ttas else math.inf
-        return m if math.isfinite(m) else None
+        return median_tta(self.ttas)
 
 
 @dataclass
