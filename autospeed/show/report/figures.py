@@ -217,7 +217,11 @@ def plot_ablation(d: SearchData, speedup: float | None, path: Path) -> Path:
                 hatch="//" if at_least else None)
         share = f", {r['share']:.0%} of the speed-up" if r.get("share") is not None else ""
         ax.text(max(lost, 1.0), i, f"  {'>=' if at_least else ''}{lost:.2f}x{share}", va="center", fontsize=8)
-    ax.set_yticks(range(len(rows)), [f"{k}\n(back to {', '.join(map(str, r['set_back'].values()))})"
+    def value(v) -> str:  # lr_scaling's mapping as its set fields
+        return " ".join(f"{k}={x}" for k, x in v.items() if x is not None) if isinstance(v, dict) else f"{v:g}" \
+            if isinstance(v, float) else str(v)
+
+    ax.set_yticks(range(len(rows)), [f"{k}\n(back to {', '.join(value(v) for v in r['set_back'].values())})"
                                      for k, r in rows[::-1]], fontsize=7)
     ax.axvline(1.0, color="#555", lw=1)
     top = max([(r.get("speedup_lost") or r.get("speedup_lost_at_least") or 1.0) for _, r in rows] + [1.0])
