@@ -124,19 +124,21 @@ def cmd_search(args) -> int:
         sp, base = summary[tracking.M_SPEEDUP], summary[tracking.M_BASELINE_TTA]
         print(f"\nbest TTA {summary[tracking.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
               + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
-        confirmed = outcome.confirmation
-        if confirmed is not None and confirmed.winner is not None:
-            w, csp = confirmed.winner, confirmed.speedup
-            print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
-                  f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
-                  + (f", {csp:.2f}x faster than the baseline's median (train clock; {format_interval(confirmed)})"
-                     if csp else ""))
-            if confirmed.wall_speedup:
-                print(f"  on the wall to target (process start to target, fresh processes): "
-                      f"{confirmed.wall_speedup:.2f}x ({confirmed.baseline.wall_median:.2f} s -> "
-                      f"{w.wall_median:.2f} s)")
+    elif any(r.predicted for r in outcome.rows):
+        print("\nno trial reached the target inside its budget: ranked by predicted TTA (a prediction, marked ~)")
     else:
         print("\nno trial reached the target")
+    confirmed = outcome.confirmation
+    if confirmed is not None and confirmed.winner is not None:
+        w, csp = confirmed.winner, confirmed.speedup
+        print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
+              f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
+              + (f", {csp:.2f}x faster than the baseline's median (train clock; {format_interval(confirmed)})"
+                 if csp else ""))
+        if confirmed.wall_speedup:
+            print(f"  on the wall to target (process start to target, fresh processes): "
+                  f"{confirmed.wall_speedup:.2f}x ({confirmed.baseline.wall_median:.2f} s -> "
+                  f"{w.wall_median:.2f} s)")
     if outcome.best_path is not None:
         print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
     print(f"search took {outcome.wall_seconds:.1f} s wall; {_where_to_look(outcome.tracking_uri, spec.name)}")

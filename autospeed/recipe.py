@@ -85,13 +85,23 @@ class Measured(_Strict):
     search_name: str | None = None
     search_id: str | None = None
     trial_id: str | None = None
-    tta_seconds: float | None = None  # the trial's one search measurement (train clock)
+    tta_seconds: float | None = None  # the trial's one search measurement (train clock); never a prediction
+    # measured: confirmation runs or the trial reached the target; predicted: an unconfirmed export of a trial
+    # that did not reach, ranked by where its curve would meet the target (autospeed.predict), then with:
+    tta_source: Literal["measured", "predicted"] | None = None
+    tta_predicted_seconds: float | None = None  # 80% interval: low .. high
+    tta_predicted_low_seconds: float | None = None
+    tta_predicted_high_seconds: float | None = None
     confirmed: bool = False  # true only when confirmation runs decided the winner; then:
     tta_seconds_median: float | None = None  # over `repeats` confirmation runs with new seeds
     tta_seconds_min: float | None = None
     tta_seconds_max: float | None = None
     repeats: int | None = None
     baseline_tta_seconds_median: float | None = None
+    # given: confirm.baseline_tta_seconds (not re-run here; baseline_tta_note says where it came from), so the
+    # speed-up has no interval; measured: the baseline's own confirmation runs
+    baseline_tta_source: Literal["measured", "given"] | None = None
+    baseline_tta_note: str | None = None
     speedup_vs_baseline: float | None = None  # ratio of median TTAs (train clock)
     # 90% interval over the seeds (outcome.speedup_interval); absent with fewer than 3 runs a side
     speedup_ci_low: float | None = None
@@ -141,8 +151,11 @@ class Recipe(_Strict):
     lr: float = Field(0.05, gt=0)  # peak learning rate
     momentum: float = Field(0.9, ge=0, lt=1)  # SGD momentum (Nesterov), AdamW beta1
     weight_decay: float = Field(5e-4, ge=0)
-    schedule: Literal["constant", "cosine", "onecycle", "linear"] = "constant"
+    schedule: Literal["constant", "cosine", "onecycle", "linear", "wsd"] = "constant"
     warmup_fraction: float = Field(0.0, ge=0, lt=1)  # of all steps; onecycle ignores it
+    # wsd (warmup-stable-decay): the LR falls linearly to 0 over this last fraction of the steps; before it, the
+    # LR does not depend on the schedule's length (what a long job's trial needs: DESIGN.md "Long jobs")
+    decay_fraction: float = Field(0.2, gt=0, le=1)
     label_smoothing: float = Field(0.0, ge=0, lt=1)
 
     precision: Precision = "fp32"
@@ -176,6 +189,9 @@ class Recipe(_Strict):
             raise ValueError(
                 f"eval_every_epochs ({self.eval_every_epochs}) must be <= epochs ({self.epochs}); lower it"
             )
+        if self.schedule == "wsd" and self.warmup_fraction + self.decay_fraction > 1:
+            raise ValueError(f"warmup_fraction ({self.warmup_fraction}) + decay_fraction ({self.decay_fraction}) "
+                             f"must be <= 1 for schedule wsd; lower one of them")
         micro = self.micro_batch_size
         if isinstance(micro, int) and micro < self.batch_size and self.batch_size % micro:
             raise ValueError(f"micro_batch_size ({micro}) must divide batch_size ({self.batch_size}); use a divisor "

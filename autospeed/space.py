@@ -105,6 +105,20 @@ class Confirm(_Strict):
     max_repeats: int = Field(0, ge=0)
     # re-time the winner with each knob that differs from the baseline set back, one at a time (ablation.py)
     ablation: bool = False
+    # the train-clock budget of every confirmation run (and of the exported recipe): a long job's production
+    # length, far above the trials' budget. null: the recipe's own (the trials' budget; the baseline's own)
+    max_train_seconds: float | None = Field(None, gt=0)
+    # the baseline's TTA when it is known (from an earlier production run): confirmation then does not re-run
+    # the baseline, and the speed-up is against this number; `baseline_tta_note` says where it came from
+    baseline_tta_seconds: float | None = Field(None, gt=0)
+    baseline_tta_note: str = ""
+
+    @model_validator(mode="after")
+    def _note_with_tta(self) -> "Confirm":
+        if self.baseline_tta_seconds is not None and not self.baseline_tta_note.strip():
+            raise ValueError("baseline_tta_seconds needs baseline_tta_note: say where the number came from "
+                             "(e.g. 'production run 2026-11-20, 8xA100, 52 h')")
+        return self
 
     @model_validator(mode="after")
     def _at_least_repeats(self) -> "Confirm":
@@ -124,6 +138,25 @@ class Probe(_Strict):
     # interleaved timing rounds of every configuration: the base's spread across them is the noise a
     # non-default value must beat
     rounds: int = Field(3, ge=2)
+
+
+class Predict(_Strict):
+    """Predicted time to target (autospeed/predict.py, DESIGN.md "Long jobs"): a trial that ends before its
+    target is ranked by where its evaluation curve would meet it."""
+
+    enabled: bool = False
+    min_evaluations: int = Field(5, ge=3)  # fewer evaluations give no prediction
+    # an 80% interval wider than high / low > this is no prediction ("too uncertain")
+    max_interval_ratio: float = Field(4.0, gt=1)
+    # cap on a predicted TTA; a trial without a prediction is censored at it (outcome.objective with this as its
+    # budget). null: 20 x budget.max_train_seconds
+    max_seconds: float | None = Field(None, gt=0)
+    # end a trial once its predicted TTA's low bound is above the incumbent's high bound (learning-curve
+    # early termination); ASHA's rungs stay on train seconds either way
+    early_stop: bool = False
+
+    def cap_seconds(self, budget_seconds: float) -> float:
+        return self.max_seconds if self.max_seconds is not None else 20.0 * budget_seconds
 
 
 class Resources(_Strict):
@@ -147,6 +180,7 @@ class SearchSpec(_Strict):
     sampler: Sampler = Field(default_factory=Sampler)
     confirm: Confirm = Field(default_factory=Confirm)
     probe: Probe = Field(default_factory=Probe)
+    predict: Predict = Field(default_factory=Predict)
     resources: Resources = Field(default_factory=Resources)
     baseline: dict[str, Any] = Field(default_factory=dict)  # BASELINE_KEYS: the knobs, and its own budget
     fixed: dict[str, Any] = Field(default_factory=dict)
@@ -244,6 +278,30 @@ def _check_layers(spec: SearchSpec, source: str) -> None:
                                     f"{parent_choices}; use one of those")
 
 
+# Schedules whose LR falls from the first step over the whole `epochs`: a trial cut at its budget is mid-decay,
+# and its curve understates what the decay will do (experiments/results/long_job.md measures by how much).
+DECAYING_SCHEDULES = ("cosine", "linear", "onecycle")
+
+
+def _check_predict(spec: SearchSpec, source: str) -> None:
+    """With predict on, a trial's curve must be the first part of the run it predicts: no schedule that decays
+    over the whole run (DESIGN.md "Long jobs"; docs/design-differences.md)."""
+    if not spec.predict.enabled:
+        return
+    fix = ("with predict on, a trial's curve must be the start of its full run; use constant or wsd (its LR does "
+           "not depend on the run's length until the last decay_fraction), see docs/design-differences.md")
+    layers = [("fixed.schedule", spec.fixed.get("schedule"))]
+    if "max_train_seconds" not in spec.baseline:  # a baseline on its own budget is measured, not predicted
+        layers.append(("baseline.schedule", spec.baseline.get("schedule")))
+    for path, value in layers:
+        if value in DECAYING_SCHEDULES:
+            raise UserError(f"{source}: key '{path}': '{value}' decays over the whole run; {fix}")
+    param = spec.space.get("schedule")
+    for value in (param.choice or []) if param is not None else []:
+        if value in DECAYING_SCHEDULES:
+            raise UserError(f"{source}: key 'space.schedule.choice': '{value}' decays over the whole run; {fix}")
+
+
 def _unknown_knob(source: str, path: str, key: str) -> None:
     import difflib
 
@@ -284,6 +342,7 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise_user_error(e, source, SearchSpec, offered_metrics_note(data))
         raise
     _check_layers(spec, source)
+    _check_predict(spec, source)
     most, asked_by = spec.most_workers()
     if most > 1 and spec.resources.gpus_per_trial > 1:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "

@@ -177,6 +177,15 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--out", "{out}/probe_stability.md"),
         quick_writes=("probe_stability.md",)),
     Experiment(
+        "long_job", "long_job.py",
+        "long jobs (long.yaml): how well a predicted TTA ranks recipes (a), and a predicting search's payback (b)",
+        runs=(_r("--part", "curves", writes=("long_job_curves.json",)),
+              _r("--part", "quality", writes=("long_job.md",)),
+              _r("--part", "payback", writes=("long_job_payback.md",))),
+        # the committed curves, predicted again: recording them trains 26 recipes to the target, (b) runs searches
+        quick=("--part", "quality", "--curves", f"{RESULTS}/long_job_curves.json", "--out", "{out}/long_job.md"),
+        quick_writes=("long_job.md",)),
+    Experiment(
         "example", "example.py", "the README's 30-second example: a smoke search as a user runs it",
         runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",)),),
         note="no quick pass: it is one whole search (Ray's start alone is most of its time)"),

@@ -18,6 +18,7 @@ from ray.tune import Callback
 from autospeed.track import runs
 from autospeed.track import layout as t
 from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
+from autospeed.search.curve import PREDICTION_KEYS
 from autospeed.search.storage import SearchDir
 from autospeed.search.trainable import FINAL, recipe_of
 from autospeed.space import SearchSpec
@@ -46,7 +47,7 @@ class TrialTracker(Callback):
         for r in runs.trial_rows(client, parent, runs=children):  # a resumed search counts its past
             if r.status != Status.RUNNING:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
-                                        r.best_value, r.baseline, r.knobs())
+                                        r.best_value, r.baseline, r.knobs(), predicted=runs.predicted_text(r))
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow client,
@@ -123,7 +124,9 @@ class TrialTracker(Callback):
         final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
                  "wall_to_target_seconds": last.get("wall_to_target_seconds") if tta is not None else None,
                  "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
-        tags = {t.TAG_STATUS: status.value}
+        tags = {t.TAG_STATUS: status.value, **_tta_source_tags(status, last)}
+        predicted = {k: last.get(k) for k in PREDICTION_KEYS} if tags[t.TAG_TTA_SOURCE] == t.TTA_PREDICTED else {}
+        final.update(predicted)  # metrics of a predicted trial only: tta_seconds stays for measurements
         if last.get("wall_clock_origin"):
             tags[t.TAG_WALL_ORIGIN] = last["wall_clock_origin"]
         if error:
@@ -146,7 +149,8 @@ class TrialTracker(Callback):
         standing = {**bests, self.target.metric: best if best is not None else math.nan}
         self.search_dir.record_finished(trial.trial_id, {
             FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
-            "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0)},
+            "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0),
+            "tta_source": tags[t.TAG_TTA_SOURCE], "tta_note": tags[t.TAG_TTA_NOTE], **predicted},
             baseline=bool(trial.config.get("baseline")), history=self.history.pop(trial.trial_id, []))
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
         # which says nothing about the recipe (only failures the trainer reported are indexed).
@@ -156,17 +160,19 @@ class TrialTracker(Callback):
                 "trial_id": trial.trial_id, "status": status.value, "tta_seconds": tta, "objective": score,
                 **standing, "error": error or "",
                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")})
-        self._progress(trial, status, tta, best, last.get("duplicate_of"), json.loads(last.get("applied") or "{}"))
+        self._progress(trial, status, tta, best, last.get("duplicate_of"), json.loads(last.get("applied") or "{}"),
+                       _predicted_text(tags, predicted))
         self._count_errors(status, error)
 
     def _progress(self, trial, status: Status, tta: float | None, best: float | None,
-                  duplicate_of: str | None, applied: dict[str, Any] | None = None) -> None:
+                  duplicate_of: str | None, applied: dict[str, Any] | None = None,
+                  predicted: str | None = None) -> None:
         baseline = bool(trial.config.get("baseline"))
         label = "baseline" if baseline else trial.trial_id
         if duplicate_of:
             label += f" (repeats {duplicate_of}'s recipe: its result, not trained again)"
         self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, {} if baseline else trial.config,
-                           applied)
+                           applied, predicted=predicted)
 
     def _count_errors(self, status: Status, error: str | None) -> None:
         """The same error N trials in a row means the search is broken, not the recipes."""
@@ -177,6 +183,29 @@ class TrialTracker(Callback):
         n = self.spec.max_consecutive_errors
         if len(self.errors_in_a_row) >= n and len({error_kind(e) for e in self.errors_in_a_row[-n:]}) == 1:
             self.stop_reason = f"the last {n} trials failed with the same error: {self.errors_in_a_row[-1]}"
+
+
+def _tta_source_tags(status: Status, last: dict[str, Any]) -> dict[str, str]:
+    """autospeed.tta_source and its note: measured (reached), predicted (search/curve.py said so), or none."""
+    if status == Status.REACHED:
+        return {t.TAG_TTA_SOURCE: t.TTA_MEASURED, t.TAG_TTA_NOTE: ""}
+    source = last.get("tta_source") if status not in (Status.FAILED,) or last.get(FINAL) else None
+    if source == t.TTA_PREDICTED and last.get(PREDICTION_KEYS[0]) is not None:
+        return {t.TAG_TTA_SOURCE: t.TTA_PREDICTED, t.TAG_TTA_NOTE: last.get("tta_note") or ""}
+    note = last.get("tta_note") if source == t.TTA_NONE else f"the run ended {status.value} before a prediction"
+    return {t.TAG_TTA_SOURCE: t.TTA_NONE, t.TAG_TTA_NOTE: (note or "")[:500]}
+
+
+def _predicted_text(tags: dict[str, str], predicted: dict[str, Any]) -> str | None:
+    """What the live view shows for a trial that did not reach: `~412 s [300-560]` or `no prediction (why)`."""
+    from autospeed.predict import format_predicted
+
+    if tags[t.TAG_TTA_SOURCE] == t.TTA_MEASURED:
+        return None
+    if predicted:
+        return format_predicted(*(predicted[k] for k in PREDICTION_KEYS))
+    note = tags[t.TAG_TTA_NOTE]
+    return f"no prediction ({note})" if note and note != t.TTA_NOTE_PREDICT_OFF else None
 
 
 def error_kind(error: str) -> str:

@@ -1,9 +1,10 @@
 """Confirmation runs (DESIGN.md "Confirmation runs", "Honest figures").
 
 One TTA measurement is noisy, and the best of many noisy measurements is biased
-low (the winner's curse). After the search, the top `confirm.top_k` reached
-recipes and the baseline train `confirm.repeats` more times with new seeds,
-interleaved (A B C A B C ...) so machine drift hits all alike. Winner and
+low (the winner's curse). After the search, the top `confirm.top_k` recipes that
+reached or were predicted (in the leaderboard's order) and the baseline train
+`confirm.repeats` more times with new seeds, interleaved (A B C A B C ...) so
+machine drift hits all alike. Winner and
 speed-up are decided on medians and reported with min and max and a 90% interval
 (autospeed.outcome.speedup_interval, coverage checked by
 experiments/interval_coverage.py; none from fewer than 3 runs a side).
@@ -19,6 +20,10 @@ above it, more rounds while the winner's interval overlaps the runner-up's
 (`separated`). Every look uses the per-look level `sequential_confidence` gives
 (Bonferroni over the planned looks), so the interval reported wherever the rounds stop
 still covers with at least 90%.
+
+Long jobs: `confirm.max_train_seconds` is every confirmation and ablation run's budget (production
+length); with `confirm.baseline_tta_seconds` the baseline is not re-run: the speed-up is against that
+number, with the range over the winner's runs and no interval. The cost is printed in baseline runs.
 
 Each run is an MLflow child run of the search's parent with `autospeed.kind=confirm`; the
 results go to the parent as the `confirm_*` metrics and the `autospeed.confirmed_best_trial`
@@ -40,6 +45,7 @@ from autospeed.outcome import (REMEASURE_RUNS, Status, interval_note, is_infeasi
                                remeasure_interval, sequential_confidence, speedup_interval)
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
+from autospeed.track.export import exportable
 from autospeed.space import SearchSpec
 from autospeed.train.process import train_in_fresh_process
 
@@ -59,6 +65,9 @@ class Candidate:
     walls: list[float | None] = field(default_factory=list)  # wall to target: process start to the target
     samples_per_second: list[float] = field(default_factory=list)
     name: str | None = None  # shown instead of the trial id (ablation: "without batch_size")
+    train_seconds: list[float] = field(default_factory=list)  # train clock of each run: what it cost
+    # (seconds, low, high) of a trial that did not reach but was predicted (autospeed.predict)
+    search_predicted: tuple[float, float | None, float | None] | None = None
 
     @property
     def label(self) -> str:
@@ -82,6 +91,7 @@ class Candidate:
         self.ttas.append(result.tta_seconds if reached else None)
         self.walls.append(getattr(result, "wall_to_target_seconds", None) if reached else None)
         self.samples_per_second.append(result.samples_per_second)
+        self.train_seconds.append(result.train_seconds)
 
 
 @dataclass
@@ -93,40 +103,72 @@ class ConfirmOutcome:
     confidence: float = CONFIDENCE  # per-look level of the intervals (sequential repeats: above 0.9)
     ablation: list = field(default_factory=list)  # ablation.Ablated, when confirm.ablation ran
     ablation_interrupted: bool = False
+    # confirm.baseline_tta_seconds: the baseline's TTA given, not re-run (`baseline` then only holds its recipe)
+    baseline_given_seconds: float | None = None
+    baseline_note: str = ""
+
+    @property
+    def baseline_tta_seconds(self) -> float | None:
+        """The baseline's median TTA: the given number, else its confirmation runs' median."""
+        if self.baseline_given_seconds is not None:
+            return self.baseline_given_seconds
+        return self.baseline.median if self.baseline is not None else None
 
     @property
     def speedup(self) -> float | None:
-        if not self.winner or not self.baseline or not self.winner.median or not self.baseline.median:
+        base = self.baseline_tta_seconds
+        if not self.winner or not self.winner.median or not base:
             return None
-        return self.baseline.median / self.winner.median
+        return base / self.winner.median
+
+    @property
+    def speedup_range(self) -> tuple[float | None, float | None]:
+        """Given baseline: given / the winner's slowest reached run .. given / its fastest (no interval)."""
+        given, w = self.baseline_given_seconds, self.winner
+        return (given / max(w.reached), given / min(w.reached)) if given and w and w.reached else (None, None)
 
     @property
     def wall_speedup(self) -> float | None:
         """The same ratio on wall to target (process start to target): what a production process sees."""
+        if self.baseline_given_seconds is not None:  # a given train-clock TTA says nothing of the wall
+            return None
         if not self.winner or not self.baseline or not self.winner.wall_median or not self.baseline.wall_median:
             return None
         return self.baseline.wall_median / self.winner.wall_median
 
     @property
     def speedup_interval(self) -> tuple[float | None, float | None]:
-        """90% interval of the winner's speed-up over the seeds (None, None with too few runs)."""
-        if not self.winner or not self.baseline or self.speedup is None:
+        """90% interval of the winner's speed-up over the seeds (None, None with too few runs, or a given
+        baseline)."""
+        if not self.winner or not self.baseline or self.speedup is None or self.baseline_given_seconds is not None:
             return None, None
         return speedup_interval(self.baseline.ttas, self.winner.ttas, self.confidence)
 
     @property
     def remeasure_interval(self) -> tuple[float | None, float | None]:
         """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction)."""
-        if not self.winner or not self.baseline or self.speedup is None:
+        if not self.winner or not self.baseline or self.speedup is None or self.baseline_given_seconds is not None:
             return None, None
         return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE)
 
     @property
     def interval_note(self) -> str | None:
-        """Why there is no interval (too few repeats, too many missed targets), else None."""
+        """Why there is no interval (a given baseline, too few repeats, too many missed targets), else None."""
+        if self.baseline_given_seconds is not None:
+            return f"baseline TTA given ({self.baseline_note}), not measured here: no interval"
         if not self.winner or not self.baseline:
             return None
         return interval_note(self.baseline.ttas, self.winner.ttas, self.confidence)
+
+    @property
+    def compute_seconds(self) -> float:
+        """Train-clock seconds of every confirmation run (missed targets at their whole budget)."""
+        return sum(sum(c.train_seconds) for c in self.candidates)
+
+    @property
+    def compute_baseline_runs(self) -> float | None:
+        """compute_seconds in baseline runs (/ the baseline's median TTA, measured or given)."""
+        return self.compute_seconds / self.baseline_tta_seconds if self.baseline_tta_seconds else None
 
 
 def _trial_recipe(client, run_id: str) -> Recipe:
@@ -136,15 +178,22 @@ def _trial_recipe(client, run_id: str) -> Recipe:
 
 
 def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
-    """The top_k reached non-baseline trials by search TTA, then the baseline (if it ran and could train).
+    """The top_k non-baseline trials that reached or were predicted, in the leaderboard's order (runs.ranked:
+    reached by search TTA, then by objective, a predicted TTA for a predicted trial), then the baseline (if it
+    ran and could train).
 
     No search measurement is a sample: the trials ran in reused Ray actors, the confirmation runs in fresh
     processes, and samples taken in different conditions are never pooled."""
     rows = res.trial_rows(client, parent)
-    top = [r for r in res.ranked(rows) if r.reached and not r.baseline][:top_k]
+    top = [r for r in exportable(rows) if not r.baseline][:top_k]
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
-    return [Candidate(r.trial_id, r.baseline, r.tta_seconds, _trial_recipe(client, r.run_id)) for r in chosen]
+    return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),
+                      search_predicted=_predicted_of(r)) for r in chosen]
+
+
+def _predicted_of(r) -> tuple[float, float | None, float | None] | None:
+    return (r.tta_predicted_seconds, r.tta_predicted_low_seconds, r.tta_predicted_high_seconds) if r.predicted else None
 
 
 def _threads(spec: SearchSpec) -> int | None:
@@ -176,6 +225,13 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     candidates = pick_candidates(client, parent, top_k)
     if not any(not c.baseline for c in candidates):
         return None
+    budget, given = spec.confirm.max_train_seconds, spec.confirm.baseline_tta_seconds
+    if budget is not None:  # a production run to the real target; epochs stay the recipe's
+        for c in candidates:
+            c.recipe = c.recipe.model_copy(update={"max_train_seconds": budget})
+    base = next((c for c in candidates if c.baseline), None)
+    if given is not None:  # known from production: not re-run (its recipe stays, for the ablation)
+        candidates = [c for c in candidates if not c.baseline]
     trials_total = len(res.trial_rows(client, parent))
     stop_ray()
     max_repeats = max(repeats, spec.confirm.max_repeats)
@@ -184,9 +240,12 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     more = (f", up to {max_repeats} while the winner is not separated (each look at {confidence:.1%}, so the "
             f"reported interval keeps {CONFIDENCE:.0%} wherever it stops)") if max_repeats > repeats else ""
     of_total = f"{total}+" if more else f"{total}"
-    print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) and the baseline: "
-          f"{repeats} interleaved repeats each{more}, new seeds, each run in a fresh process ({of_total} runs)",
-          file=console, flush=True)
+    against = (f"against the baseline's given TTA, {given:g} s ({spec.confirm.baseline_tta_note}), not re-run"
+               if given is not None else "and the baseline")
+    with_budget = f", a {budget:g} s train budget" if budget is not None else ""
+    print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) {against}: "
+          f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process "
+          f"({of_total} runs)", file=console, flush=True)
     done = 0
 
     def run_round(r: int) -> None:
@@ -204,9 +263,18 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
         end_killed(client, parent, t.KIND_CONFIRM)
         raise
 
-    outcome = _decide(candidates, repeats, confidence)
+    outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
+                      given_note=spec.confirm.baseline_tta_note)
     _log_parent(client, parent_run_id, outcome, trials_total)
     return outcome
+
+
+def compute_line(outcome: ConfirmOutcome) -> str:
+    """`confirmation compute: 6 runs, 41.3 s of train clock = 3.2 baseline runs` (the baseline's median TTA,
+    measured or given)."""
+    runs, n = outcome.compute_baseline_runs, sum(len(c.train_seconds) for c in outcome.candidates)
+    base = f"{runs:.2f}" if runs is not None else "? (the baseline's median run missed its target:)"
+    return f"confirmation compute: {n} runs, {outcome.compute_seconds:.1f} s of train clock = {base} baseline runs"
 
 
 def describe(result) -> str:
@@ -235,7 +303,12 @@ def separated(candidates: list[Candidate], confidence: float = CONFIDENCE) -> bo
     separate."""
     base = next((c for c in candidates if c.baseline), None)
     ranked = sorted((c for c in candidates if c.median is not None), key=lambda c: c.median)
-    if base is None or base.median is None or len(ranked) < 2:
+    if len(ranked) < 2:
+        return True
+    if base is None:  # a given (or no) baseline: the winner against the runner-up itself
+        winner_low, _ = speedup_interval(ranked[1].ttas, ranked[0].ttas, confidence)
+        return winner_low is not None and winner_low > 1.0
+    if base.median is None:
         return True
     winner_low, _ = speedup_interval(base.ttas, ranked[0].ttas, confidence)
     if ranked[1] is base:
@@ -246,10 +319,15 @@ def separated(candidates: list[Candidate], confidence: float = CONFIDENCE) -> bo
     return runner_up_high is None or winner_low > runner_up_high
 
 
-def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFIDENCE) -> ConfirmOutcome:
-    base = next((c for c in candidates if c.baseline), None)
+def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFIDENCE, *,
+            baseline: Candidate | None = None, given_seconds: float | None = None,
+            given_note: str = "") -> ConfirmOutcome:
+    """The winner on medians among the candidates run (the baseline may win when it ran). `baseline`: its
+    candidate when it was not run (a given TTA), else found among `candidates`."""
+    base = next((c for c in candidates if c.baseline), baseline)
     ranked = sorted((c for c in candidates if c.median is not None), key=lambda c: c.median)  # the baseline may win
-    return ConfirmOutcome(candidates, repeats, ranked[0] if ranked else None, base, confidence)
+    return ConfirmOutcome(candidates, repeats, ranked[0] if ranked else None, base, confidence,
+                          baseline_given_seconds=given_seconds, baseline_note=given_note)
 
 
 def train_and_log(client, parent, search_id: str, c: Candidate, repeat: int, seed: int, trials_total: int,
@@ -297,9 +375,14 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     if w is not None and w.reached:
         values.update({t.M_CONFIRM_MEDIAN: w.median, t.M_CONFIRM_MIN: min(w.reached), t.M_CONFIRM_MAX: max(w.reached),
                        t.M_CONFIRM_WALL_MEDIAN: w.wall_median})
-    if b is not None and b.median is not None:
+    given = outcome.baseline_given_seconds is not None
+    if given:
+        values[t.M_CONFIRM_BASELINE_MEDIAN] = outcome.baseline_given_seconds
+    elif b is not None and b.median is not None:
         values[t.M_CONFIRM_BASELINE_MEDIAN] = b.median
         values[t.M_CONFIRM_BASELINE_WALL_MEDIAN] = b.wall_median
+    values[t.M_CONFIRM_COMPUTE_SECONDS] = outcome.compute_seconds
+    values[t.M_CONFIRM_COMPUTE_BASELINE_RUNS] = outcome.compute_baseline_runs
     values[t.M_CONFIRM_SPEEDUP] = outcome.speedup
     values[t.M_CONFIRM_WALL_SPEEDUP] = outcome.wall_speedup
     low, high = outcome.speedup_interval  # absent (None) with too few runs: no interval is printed then
@@ -307,6 +390,9 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     values[t.M_CONFIRM_SPEEDUP_CI_HIGH] = high if high is None or math.isfinite(high) else None
     values[t.M_CONFIRM_REMEASURE_LOW], values[t.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
     tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
+    tags[t.TAG_CONFIRM_BASELINE_SOURCE] = t.BASELINE_GIVEN if given else t.BASELINE_MEASURED
+    if given:
+        tags[t.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
     client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
 
@@ -330,21 +416,29 @@ def format_interval(outcome: ConfirmOutcome) -> str:
 
 def format_confirmation(outcome: ConfirmOutcome) -> str:
     """A plain-text table: each confirmed recipe's median, min and max TTA over the repeats, and its wall."""
-    base = outcome.baseline
+    base = outcome.baseline_tta_seconds
     lines = [f"confirmation: {outcome.repeats} interleaved repeats per recipe, new seeds, each in a fresh process; "
-             f"TTA in train-clock seconds, wall = process start to target",
+             f"TTA in train-clock seconds, wall = process start to target; search TTA ~: predicted",
              f"  {'recipe':<16} {'search TTA':>10} {'median':>8} {'min':>8} {'max':>8} {'reached':>8} "
              f"{'wall':>8} {'vs base':>8}"]
     order = sorted(outcome.candidates, key=lambda c: c.median if c.median is not None else math.inf)
+    fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
     for c in order:
         got = c.reached
-        fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
-        vs = (f"{base.median / c.median:.2f}x" if base is not None and base.median and c.median else "-")
+        vs = (f"{base / c.median:.2f}x" if base and c.median else "-")
         mark = " <- confirmed best" if c is outcome.winner else ""
-        lines.append(f"  {c.label[-16:]:<16} {fmt(c.search_tta_seconds):>10} {fmt(c.median):>8} "
+        search = fmt(c.search_tta_seconds) if c.search_predicted is None else f"~{c.search_predicted[0]:.2f}"
+        lines.append(f"  {c.label[-16:]:<16} {search:>10} {fmt(c.median):>8} "
                      f"{fmt(min(got) if got else None):>8} {fmt(max(got) if got else None):>8} "
                      f"{len(got):>4}/{len(c.ttas):<3} {fmt(c.wall_median):>8} {vs:>8}{mark}")
-    if outcome.speedup is not None:
+    if outcome.baseline_given_seconds is not None:
+        lines.append(f"  {'baseline':<16} {'':>10} {fmt(base):>8}  given ({outcome.baseline_note}), not re-run")
+    if outcome.speedup is not None and outcome.baseline_given_seconds is not None:
+        low, high = outcome.speedup_range
+        spread = f", {low:.2f}x to {high:.2f}x over its runs" if low is not None else ""
+        lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (given baseline TTA / "
+                     f"its median{spread}); {outcome.interval_note}")
+    elif outcome.speedup is not None:
         wall = f"; wall to target {outcome.wall_speedup:.2f}x" if outcome.wall_speedup else ""
         lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (ratio of medians), "
                      f"{format_interval(outcome)}{wall}")

@@ -118,11 +118,17 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     previous_sigint = signal.getsignal(signal.SIGINT)
     previous_sigterm = sigterm_as_sigint()
     outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
+    # a resumed search adds to what its earlier sessions spent exploring
+    explored_seconds = client.get_run(parent_id).data.metrics.get(t.M_EXPLORATION_SECONDS, 0.0)
     try:
+        explore_start = time.perf_counter()
         searched = _probed(spec, client, parent_id, search_id, search_dir, resources, threads, console)
         outcome.interrupted, outcome.stop_reason = _trials(
             searched, client, parent_id, search_id, search_dir, console, total=total, resources=resources,
             concurrent=concurrent, threads=threads, seed=seed, resume=state is not None, verbose=verbose)
+        explored_seconds += time.perf_counter() - explore_start
+        with t.interrupts_held():
+            t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_SECONDS: explored_seconds}))
         if previous_sigterm is not None:  # on the main thread, where handlers can be set
             # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
             signal.signal(signal.SIGINT, previous_sigint)
@@ -130,10 +136,12 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         _kill_leftovers(client, outcome.rows)
         print(file=console)
         print(runs.format_leaderboard(outcome.rows), file=console, flush=True)
-        reached = outcome.summary[t.M_BEST_TTA] is not None
-        if reached and not outcome.interrupted and not outcome.stop_reason:
+        # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
+        ranked = _has_best(outcome.rows)
+        if ranked and not outcome.interrupted and not outcome.stop_reason:
             _confirm(spec, client, outcome, console)
-        if reached:
+        _report_exploration(spec, client, parent_id, explored_seconds, console)
+        if ranked:
             outcome.best_path = _write_best(client, spec.name, search_id, search_dir, parent_id)
         trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
         _close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
@@ -214,9 +222,32 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason
 
 
+def _has_best(rows: list[runs.TrialRow]) -> bool:
+    """Some trial reached its target or has a predicted TTA: there is a best recipe to confirm and export."""
+    from autospeed.track.export import exportable
+
+    return bool(exportable(rows))
+
+
+def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_seconds: float, console) -> None:
+    """Once a baseline run's cost is known: the probe and trials' wall seconds in baseline runs, printed on a line
+    of its own and logged on the parent. A baseline run = its confirmation runs' median wall to target (process
+    start to target, as the exploration's seconds are wall seconds), or the given confirm.baseline_tta_seconds."""
+    measured = client.get_run(parent_id).data.metrics.get(t.M_CONFIRM_BASELINE_WALL_MEDIAN)
+    base, what = ((measured, "its median wall to target") if measured
+                  else (spec.confirm.baseline_tta_seconds, "its given TTA"))
+    if not base:
+        return
+    runs_ = explored_seconds / base
+    print(f"exploration: {explored_seconds:.1f} s wall (probe and trials) = {runs_:.2f} baseline runs "
+          f"({what}, {base:.1f} s)", file=console, flush=True)
+    with t.interrupts_held():
+        t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_BASELINE_RUNS: runs_}))
+
+
 def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
     """Confirmation runs (skipped when a resumed search had confirmed already)."""
-    from autospeed.search.confirm import format_confirmation, run_confirmation
+    from autospeed.search.confirm import compute_line, format_confirmation, run_confirmation
 
     confirmed = client.get_run(outcome.parent_run_id).data.metrics
     # Confirmed already, over these trials (an extended search confirms again, over all of its trials).
@@ -239,6 +270,7 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
                                           confirmed, len(outcome.rows), console)
     print(file=console)
     print(format_confirmation(confirmed), file=console, flush=True)
+    print(compute_line(confirmed), file=console, flush=True)
     if confirmed.ablation_interrupted:  # the confirmation stands; the exit says interrupted
         outcome.interrupted = outcome.confirmation_interrupted = True
 

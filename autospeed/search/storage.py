@@ -99,6 +99,20 @@ class SearchDir:
             out.append((path.stem, bool(entry.get("baseline")), [tuple(h) for h in entry.get("history", [])]))
         return out
 
+    def incumbent_high_seconds(self, keep: int = 1) -> float | None:
+        """The `keep`-th best finished non-baseline trial's TTA, or its predicted high bound (None: fewer
+        finished): a trial whose predicted low bound is above it cannot be among the `keep` best."""
+        folder = self.path / "finished"
+        if not folder.is_dir():
+            return None
+        highs = []
+        for path in folder.glob("*.json"):
+            entry = json.loads(path.read_text())
+            high = entry.get("tta_seconds") or entry.get("tta_predicted_high_seconds")
+            if not entry.get("baseline") and high:
+                highs.append(high)
+        return sorted(highs)[keep - 1] if len(highs) >= keep else None
+
     # ---- the recipe index: the first trial of each recipe and its outcome ----
     def _recipe_file(self, key: str) -> Path:
         return self.path / "recipes" / f"{key}.json"

@@ -12,9 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autospeed.search.curve import TrialCurve, cap_seconds
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
 from autospeed.track.layout import METRIC_NAMES
+from autospeed.outcome import Status
 from autospeed.space import SearchSpec
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
@@ -38,9 +40,10 @@ class TrialReports:
     """The reports of one trial, the same whether it trains here or on Ray Train workers: one per
     evaluation, then the final one."""
 
-    def __init__(self, recipe, key: str, where: str):
+    def __init__(self, recipe, key: str, where: str, predict: dict[str, Any] | None = None, cap: float = 0.0):
         self.recipe, self.key, self.where = recipe, key, where
         self.first = True
+        self.curve = TrialCurve(recipe, predict, cap)
 
     def evaluation(self, e) -> dict[str, Any]:
         from autospeed.train.environment import environment
@@ -56,6 +59,7 @@ class TrialReports:
             env = {"environment": json.dumps({**environment(pick_device(self.recipe)), "node": self.where,
                                               "workers": ran_on})}
         self.first = False
+        self.curve.add(e.train_seconds, e.value, e.epoch, e.compile_seconds)
         return {
             **env, "node": self.where, WORKERS: self.recipe.workers, "step": e.step, "epoch": e.epoch,
             "train_seconds": e.train_seconds,
@@ -65,6 +69,8 @@ class TrialReports:
             "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
             # an ASHA-stopped trial never sends the final report: its run takes these from here
             "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": self.key,
+            # under predict: the prediction from the curve so far, and the objective it gives (search/curve.py)
+            **self.curve.fields(Status.RUNNING, e.reached, e.best_value, e.train_seconds if e.reached else None),
         }
 
     def final(self, r) -> dict[str, Any]:
@@ -85,6 +91,7 @@ class TrialReports:
             "environment": json.dumps({**r.environment, "node": self.where}),
             # micro_batch_size auto: the recipe.yaml that confirmation and export read pins the micro-batch that fit
             "recipe_yaml": pin_micro_batch(self.recipe, r.applied).to_yaml(), "recipe_key": self.key,
+            **self.curve.fields(r.status, r.status == Status.REACHED, r.best_value, r.tta_seconds),
         }
 
 
@@ -116,16 +123,24 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
                      "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
         return
     if recipe.workers > 1:
-        _drive_workers(recipe, key, threads, gpus, folder, tune.get_context().get_trial_id())
+        _drive_workers(recipe, key, threads, gpus, folder, tune.get_context().get_trial_id(),
+                       spec.predict.model_dump(), cap_seconds(spec))
         return
 
-    reports = TrialReports(recipe, key, where)
+    reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec))
     workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
-    r = train(recipe, workload, on_eval=lambda e: tune.report(reports.evaluation(e)), num_threads=threads)
+
+    def on_eval(e) -> bool:
+        tune.report(reports.evaluation(e))
+        # predict.early_stop: ended once its predicted TTA cannot be among the confirm.top_k best
+        return reports.curve.stop_early(folder.incumbent_high_seconds(spec.confirm.top_k))
+
+    r = train(recipe, workload, on_eval=on_eval, num_threads=threads)
     tune.report(reports.final(r))
 
 
-def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, trial_id: str) -> None:
+def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, trial_id: str,
+                   predict: dict[str, Any], cap: float) -> None:
     """This trial as the driver of a Ray Train run on the recipe's workers; Ray's TuneReportCallback
     hands rank 0's reports to Tune."""
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -133,7 +148,7 @@ def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, tr
     from autospeed.search.data_parallel import DRIVER_CPUS, fit, worker_threads
 
     config = {"recipe": recipe.model_dump_json(), "key": key,
-              "threads": worker_threads(recipe.workers, cpus)}
+              "threads": worker_threads(recipe.workers, cpus), "predict": predict, "cap": cap}
     fit(_trial_worker, config, workers=recipe.workers, cpus=cpus, gpus=gpus > 0, driver_cpus=DRIVER_CPUS,
         storage_path=str(folder.path / "train"), name=trial_id, callbacks=[TuneReportCallback()])
 
@@ -147,7 +162,7 @@ def _trial_worker(config: dict[str, Any]) -> None:
     from autospeed.train.trainer import train
 
     recipe = Recipe.model_validate_json(config["recipe"])
-    reports = TrialReports(recipe, config["key"], node())
+    reports = TrialReports(recipe, config["key"], node(), config.get("predict"), config.get("cap", 0.0))
     r = train(recipe, on_eval=lambda e: ray.train.report(reports.evaluation(e)), num_threads=config["threads"])
     ray.train.report(reports.final(r))
 

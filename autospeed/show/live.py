@@ -6,6 +6,10 @@ what remains. On a terminal it redraws a small block in place (and keeps one
 line per finished trial above it); anywhere else (CI, a log file) it prints one
 plain, self-contained line per finished trial.
 
+A trial that did not reach its target may carry a predicted TTA (autospeed.predict: `~412 s [300-560]`):
+its line and the best-so-far show it with its ~ and interval, never in a measured TTA's form, and a
+speed-up with a predicted side is marked `(predicted)`.
+
 `TrainProgress` is `autospeed train`'s bar against its train-clock budget.
 
 rich's `Live` and `Progress` draw the terminal forms: they redraw what they measured at
@@ -32,6 +36,9 @@ from rich.text import Text
 from autospeed.outcome import INFEASIBLE, Status
 from autospeed.recipe import ACCURACY, Target
 from autospeed.track.layout import not_applied_marks
+from autospeed.track.runs import PREDICT_OFF_NOTE
+
+_PREDICT_OFF = f"no prediction ({PREDICT_OFF_NOTE})"  # a search without predict: its lines stay as they were
 
 
 def metric_label(metric: str) -> str:
@@ -109,6 +116,24 @@ class _Finished:
     baseline: bool
     knobs: str
     not_applied: list[str] = field(default_factory=list)  # knobs set that did not act (layout.not_applied_marks)
+    # a trial that did not reach: `~412 s [300-560]` (a predicted TTA) or `no prediction (flat: ...)`
+    predicted: str | None = None
+
+    @property
+    def predicted_seconds(self) -> float | None:
+        """The predicted TTA's median, read back from its text (autospeed.predict.format_predicted's `~N s`)."""
+        if self.tta_seconds is not None or not self.predicted or not self.predicted.startswith("~"):
+            return None
+        try:
+            return float(self.predicted[1:].split(" s", 1)[0])
+        except ValueError:
+            return None
+
+    def tta_text(self) -> str:
+        """`TTA 6.00 s` measured; `TTA ~412 s [300-560] (predicted)`."""
+        if self.tta_seconds is not None:
+            return f"TTA {self.tta_seconds:.2f} s"
+        return f"TTA {self.predicted} (predicted)"
 
 
 @dataclass
@@ -139,9 +164,11 @@ class SearchView:
 
     # ---- events
     def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_value: float | None,
-                      baseline: bool, knobs: str = "") -> None:
-        """A trial that finished before this process started (a resumed search)."""
-        self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs))
+                      baseline: bool, knobs: str = "", predicted: str | None = None) -> None:
+        """A trial that finished before this process started (a resumed search); `predicted` as in `finished`
+        (autospeed.track.runs.predicted_text of its row)."""
+        self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs,
+                                   predicted=None if tta_seconds is not None or predicted == _PREDICT_OFF else predicted))
         self.resumed += 1
 
     def started(self, trial_id: str, label: str) -> None:
@@ -152,12 +179,15 @@ class SearchView:
 
     def finished(self, trial_id: str, label: str, status: str, tta_seconds: float | None,
                  best_value: float | None, baseline: bool, config: dict[str, Any],
-                 applied: dict[str, Any] | None = None) -> None:
-        """`applied`: what took effect in the trial (the trainer's), to mark the knobs that did not act."""
+                 applied: dict[str, Any] | None = None, *, predicted: str | None = None) -> None:
+        """`applied`: what took effect in the trial (the trainer's), to mark the knobs that did not act.
+        `predicted`: for a trial that did not reach, its Prediction.describe(): `~412 s [300-560]`, or
+        `no prediction (flat: ...)`; None otherwise."""
         with self._lock:
             self.running.pop(trial_id, None)
             f = _Finished(label, status, tta_seconds, best_value, baseline, format_knobs(config, applied=applied),
-                          not_applied_marks(applied))
+                          not_applied_marks(applied),
+                          None if tta_seconds is not None or predicted == _PREDICT_OFF else predicted)
             self.done.append(f)
             line = self.trial_line(f)
         if self.live:
@@ -175,7 +205,8 @@ class SearchView:
 
     # ---- numbers
     def counts(self) -> dict[str, int]:
-        c = {"done": len(self.done), "running": len(self.running), "reached": 0, "stopped_early": 0, "failed": 0}
+        c = {"done": len(self.done), "running": len(self.running), "reached": 0, "stopped_early": 0, "failed": 0,
+             "predicted": sum(1 for f in self.done if f.predicted_seconds is not None)}
         for f in self.done:
             if f.status == Status.REACHED:
                 c["reached"] += 1
@@ -186,8 +217,12 @@ class SearchView:
         return c
 
     def best(self) -> _Finished | None:
+        """The fastest measured TTA; else, when no trial has reached, the lowest predicted one."""
         reached = [f for f in self.done if f.tta_seconds is not None]
-        return min(reached, key=lambda f: f.tta_seconds) if reached else None
+        if reached:
+            return min(reached, key=lambda f: f.tta_seconds)
+        predicted = [f for f in self.done if f.predicted_seconds is not None]
+        return min(predicted, key=lambda f: f.predicted_seconds) if predicted else None
 
     def baseline(self) -> _Finished | None:
         return next((f for f in self.done if f.baseline), None)
@@ -211,7 +246,10 @@ class SearchView:
         return f"best {metric_label(self.metric)} {shown}"
 
     def trial_line(self, f: _Finished) -> str:
-        what = f"TTA {f.tta_seconds:.2f} s" if f.tta_seconds is not None else self._best_text(f)
+        if f.tta_seconds is not None or f.predicted_seconds is not None:
+            what = f.tta_text() + ("" if f.tta_seconds is not None else f", {self._best_text(f)}")
+        else:
+            what = self._best_text(f) + (f", {f.predicted}" if f.predicted else "")
         unapplied = f" (not applied: {', '.join(f.not_applied)})" if f.not_applied else ""
         return f"[{len(self.done)}/{self.total}] {f.label}: {f.status}, {what}{unapplied}"
 
@@ -220,7 +258,8 @@ class SearchView:
         best, base = self.best(), self.baseline()
         parts = [self._counts_text()]
         if best is not None:
-            parts.append(f"best TTA {best.tta_seconds:.2f} s ({best.label})")
+            parts.append(f"best TTA {best.tta_seconds:.2f} s ({best.label})" if best.tta_seconds is not None
+                         else f"best TTA {best.predicted} (predicted, {best.label})")
         if base is not None:
             parts.append(f"baseline {self._baseline_text(base, best)}")
         parts.append(self._time_text())
@@ -233,7 +272,7 @@ class SearchView:
         if self.running and not self.closed:
             rows.append(("running", ", ".join(sorted(self.running.values()))))
         if best is not None:
-            rows.append(("best", f"TTA {best.tta_seconds:.2f} s  {best.label}  {best.knobs}".rstrip()))
+            rows.append(("best", f"{best.tta_text()}  {best.label}  {best.knobs}".rstrip()))
         else:
             rows.append(("best", "no trial has reached the target yet"))
         rows.append(("baseline", self._baseline_text(base, best) if base is not None else "not finished yet"))
@@ -242,15 +281,22 @@ class SearchView:
 
     def _counts_text(self) -> str:
         c = self.counts()
+        predicted = f", {c['predicted']} with a predicted TTA" if c["predicted"] else ""
         return (f"{c['done']}/{self.total} done ({c['reached']} reached, {c['stopped_early']} stopped early, "
-                f"{c['failed']} failed), {c['running']} running")
+                f"{c['failed']} failed{predicted}), {c['running']} running")
 
     def _baseline_text(self, base: _Finished, best: _Finished | None) -> str:
-        if base.tta_seconds is None:
+        base_seconds = base.tta_seconds if base.tta_seconds is not None else base.predicted_seconds
+        if base_seconds is None:
             return f"{base.status} ({self._best_text(base)}), no speed-up yet"
-        text = f"TTA {base.tta_seconds:.2f} s"
-        if best is not None and best.tta_seconds:
-            text += f", speed-up {base.tta_seconds / best.tta_seconds:.2f}x"
+        text = base.tta_text()
+        best_seconds = None if best is None else best.tta_seconds if best.tta_seconds is not None else \
+            best.predicted_seconds
+        if best_seconds:
+            if base.tta_seconds is not None and best.tta_seconds is not None:
+                text += f", speed-up {base_seconds / best_seconds:.2f}x"
+            else:  # either side a prediction: the ratio is one too
+                text += f", speed-up ~{base_seconds / best_seconds:.1f}x (predicted)"
         return text
 
     def _time_text(self) -> str:

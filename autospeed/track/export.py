@@ -1,4 +1,6 @@
-"""Export the best reached trial of a search as a recipe with a `measured` section."""
+"""Export the best trial of a search as a recipe with a `measured` section: the confirmed winner, else the
+first trial that reached or was predicted (DESIGN.md "Long jobs": a prediction is marked as one, never written
+as `tta_seconds`), with the search's production budget (confirm.max_train_seconds) when it set one."""
 
 from __future__ import annotations
 
@@ -14,30 +16,56 @@ from autospeed.recipe import Measured, load_recipe
 from autospeed.yamlio import write_atomic
 
 
+def exportable(rows: list[res.TrialRow]) -> list[res.TrialRow]:
+    """The trials that reached or were predicted, in the leaderboard's order (runs.ranked: reached by TTA first,
+    then by objective, which for a predicted trial is its predicted TTA)."""
+    return [r for r in res.ranked(rows) if r.reached or r.predicted]
+
+
+def production_budget_seconds(parent) -> float | None:
+    """confirm.max_train_seconds of the search (a long job's production budget), from the parent's params."""
+    value = parent.data.params.get("confirm.max_train_seconds")
+    return float(value) if value not in (None, "", "None") else None
+
+
 def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[str, res.TrialRow]:
-    """(best.yaml text, the winning trial) for search `search_id`, else the latest search named `name`."""
+    """(best.yaml text, the winning trial) for search `search_id`, else the latest search named `name`: the
+    confirmed winner, else the first trial that reached or was predicted."""
     parent = res.find_parent(client, name, search_id)
     rows = res.trial_rows(client, parent)
-    reached = [r for r in res.ranked(rows) if r.reached]
-    if not reached:
-        raise RunFailure(f"search '{name}' has no trial that reached its target "
-                         f"({len(rows)} trials); raise budget.max_train_seconds or loosen the target and search again")
     confirmed_trial = parent.data.tags.get(t.TAG_CONFIRMED_BEST)
-    best = next((r for r in reached if r.trial_id == confirmed_trial), reached[0])
+    m = parent.data.metrics
+    confirmed = confirmed_trial is not None and t.M_CONFIRM_MEDIAN in m
+    # a confirmed winner may be the baseline, whose short trial neither reached nor was predicted
+    best = next((r for r in rows if r.trial_id == confirmed_trial and not r.duplicate_of), None) if confirmed else None
+    if best is None:
+        confirmed = False
+        order = exportable(rows)
+        if not order:
+            raise RunFailure(f"search '{name}' has no trial that reached its target or has a predicted TTA "
+                             f"({len(rows)} trials); raise budget.max_train_seconds, loosen the target or set "
+                             f"predict: {{enabled: true}}, and search again")
+        best = order[0]
     with tempfile.TemporaryDirectory() as tmp:
         recipe = load_recipe(client.download_artifacts(best.run_id, "recipe.yaml", tmp))
+    trial_budget = recipe.max_train_seconds
+    budget = production_budget_seconds(parent)
+    if budget is not None:  # what the confirmation runs trained with: the job's, not the trial's few seconds
+        recipe.max_train_seconds = budget
     env = json.loads(client.get_run(best.run_id).data.tags.get(t.TAG_ENVIRONMENT, "{}"))
     measured = Measured(search_name=name, search_id=parent.data.tags.get(t.TAG_SEARCH_ID), trial_id=best.trial_id,
-                        tta_seconds=best.tta_seconds, environment=env)
-    m = parent.data.metrics
-    if confirmed_trial == best.trial_id and t.M_CONFIRM_MEDIAN in m:
+                        tta_seconds=best.tta_seconds if best.reached else None, environment=env)
+    if confirmed:
         # Only confirmation runs give medians: the one search measurement of the best of many
         # trials is the number most biased low (the winner's curse), so it is never written as one.
         measured.confirmed = True
+        measured.tta_source = t.TTA_MEASURED
         measured.tta_seconds_median = m[t.M_CONFIRM_MEDIAN]
         measured.tta_seconds_min, measured.tta_seconds_max = m.get(t.M_CONFIRM_MIN), m.get(t.M_CONFIRM_MAX)
         measured.repeats = int(m[t.M_CONFIRM_REPEATS])
         measured.baseline_tta_seconds_median = m.get(t.M_CONFIRM_BASELINE_MEDIAN)
+        measured.baseline_tta_source = parent.data.tags.get(t.TAG_CONFIRM_BASELINE_SOURCE)
+        measured.baseline_tta_note = parent.data.tags.get(t.TAG_CONFIRM_BASELINE_NOTE)
         measured.speedup_vs_baseline = m.get(t.M_CONFIRM_SPEEDUP)
         measured.speedup_ci_low = m.get(t.M_CONFIRM_SPEEDUP_CI_LOW)
         measured.speedup_ci_high = m.get(t.M_CONFIRM_SPEEDUP_CI_HIGH)
@@ -47,15 +75,29 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
         measured.baseline_wall_to_target_seconds_median = m.get(t.M_CONFIRM_BASELINE_WALL_MEDIAN)
         measured.wall_speedup_vs_baseline = m.get(t.M_CONFIRM_WALL_SPEEDUP)
         _add_ablation(measured, parent.data.tags.get(t.TAG_ABLATION))
+    elif best.reached:
+        measured.tta_source = t.TTA_MEASURED
+    else:  # a prediction, never written as tta_seconds
+        measured.tta_source = t.TTA_PREDICTED
+        measured.tta_predicted_seconds = best.tta_predicted_seconds
+        measured.tta_predicted_low_seconds = best.tta_predicted_low_seconds
+        measured.tta_predicted_high_seconds = best.tta_predicted_high_seconds
     recipe.measured = measured
-    how = (f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"
-           if measured.confirmed else
-           "one search measurement, unconfirmed (set confirm.repeats >= 3 for medians, a speed-up and its interval)")
+    if measured.confirmed:
+        how = f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"
+    elif measured.tta_source == t.TTA_PREDICTED:
+        how = ("PREDICTED from the trial's curve (80% interval), not measured: unconfirmed (set confirm.repeats "
+               ">= 3 for production runs to the target)")
+    else:
+        how = ("one search measurement, unconfirmed (set confirm.repeats >= 3 for medians, a speed-up and its "
+               "interval)")
+    budget_note = (f"# max_train_seconds is confirm.max_train_seconds ({budget:g} s, the production budget; the "
+                   f"trial had {trial_budget:g} s).\n" if budget is not None else "")
     header = (f"# Exported by autospeed from search '{name}' ({measured.search_id}), trial {best.trial_id}.\n"
               f"# TTA is train-clock seconds to {recipe.resolved_target.describe()} on "
               f"{f'{recipe.workers} data-parallel workers (one device each) on ' if recipe.workers > 1 else ''}"
               f"{env.get('device_name', 'the search machine')}, "
-              f"{how}; `measured` is ignored by training.\n")
+              f"{how}; `measured` is ignored by training.\n{budget_note}")
     return header + recipe.to_yaml(), best
 
 
@@ -70,9 +112,27 @@ def _add_ablation(measured: Measured, tag: str | None) -> None:
 
 
 def speedup_lines(measured: Measured | None) -> list[str]:
-    """What `autospeed export` prints about the speed-up: train clock with its interval, and wall."""
-    if measured is None or not measured.confirmed or measured.speedup_vs_baseline is None:
+    """What `autospeed export` prints about the TTA and speed-up: train clock with its interval (or the given
+    baseline's range), wall; a prediction marked as one (`~412 s [300-560]`)."""
+    if measured is None:
         return []
+    if measured.tta_source == "predicted" and measured.tta_predicted_seconds is not None:
+        from autospeed.predict import format_predicted
+
+        shown = format_predicted(measured.tta_predicted_seconds, measured.tta_predicted_low_seconds,
+                                 measured.tta_predicted_high_seconds)
+        return [f"TTA predicted, not measured: {shown} (80% interval; unconfirmed: set confirm.repeats >= 3 for "
+                f"production runs to the target and a measured speed-up)"]
+    if not measured.confirmed or measured.speedup_vs_baseline is None:
+        return []
+    if measured.baseline_tta_source == "given":
+        base = measured.baseline_tta_seconds_median
+        lo, hi = measured.tta_seconds_max, measured.tta_seconds_min
+        spread = f"; {base / lo:.2f}x to {base / hi:.2f}x over its runs" if lo and hi else ""
+        lines = [f"speed-up over the baseline: {measured.speedup_vs_baseline:.2f}x on the train clock (median of "
+                 f"{measured.repeats} fresh-process runs of the winner against the baseline TTA given, {base:g} s "
+                 f"({measured.baseline_tta_note}), not measured here{spread}; no interval)"]
+        return lines + _ablation_lines(measured)
     if measured.speedup_ci_low is not None and measured.speedup_ci_high is not None:
         interval = f", 90% interval {measured.speedup_ci_low:.2f}x to {measured.speedup_ci_high:.2f}x"
     elif measured.speedup_ci_low is not None:
@@ -88,11 +148,15 @@ def speedup_lines(measured: Measured | None) -> list[str]:
         lines.append(f"speed-up over the baseline: {measured.wall_speedup_vs_baseline:.2f}x on the wall to target "
                      f"(process start to target: {measured.baseline_wall_to_target_seconds_median:.2f} s -> "
                      f"{measured.wall_to_target_seconds_median:.2f} s)")
-    if measured.ablation:
-        parts = [f"{k} {'>=' if k in (measured.ablation_at_least or []) else ''}{v:.2f}x"
-                 for k, v in sorted(measured.ablation.items(), key=lambda kv: -kv[1])]
-        lines.append("speed-up lost without each knob (ablation): " + ", ".join(parts))
-    return lines
+    return lines + _ablation_lines(measured)
+
+
+def _ablation_lines(measured: Measured) -> list[str]:
+    if not measured.ablation:
+        return []
+    parts = [f"{k} {'>=' if k in (measured.ablation_at_least or []) else ''}{v:.2f}x"
+             for k, v in sorted(measured.ablation.items(), key=lambda kv: -kv[1])]
+    return ["speed-up lost without each knob (ablation): " + ", ".join(parts)]
 
 
 def export(client, name: str, out: str | os.PathLike) -> tuple[Path, res.TrialRow]:

@@ -67,6 +67,14 @@ M_WALL_SECONDS = "wall_seconds"
 # that met the target (autospeed.train.result); the tag TAG_WALL_ORIGIN says which
 M_WALL_TO_TARGET = "wall_to_target_seconds"
 TAG_WALL_ORIGIN = "autospeed.wall_clock_origin"
+# Long jobs (DESIGN.md "Long jobs: predicted time to target"): a trial that did not reach its target, ranked by
+# where its curve would meet it (autospeed.predict); never logged as tta_seconds, which stays for measurements
+M_TTA_PREDICTED, M_TTA_PREDICTED_LOW, M_TTA_PREDICTED_HIGH = (
+    "tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
+TAG_TTA_SOURCE = "autospeed.tta_source"  # measured | predicted | none
+TAG_TTA_NOTE = "autospeed.tta_note"  # what a prediction rests on, or why there is none
+TTA_MEASURED, TTA_PREDICTED, TTA_NONE = "measured", "predicted", "none"
+TTA_NOTE_PREDICT_OFF = "predict is off"  # the note of a trial that missed in a search without predict
 M_COMPILE_SECONDS = "compile_seconds"
 M_PEAK_MEMORY_MB = "peak_memory_mb"
 M_OOM = "oom"  # on a probe run: 1 when it ran out of memory
@@ -95,6 +103,16 @@ M_CONFIRM_WALL_SPEEDUP = "confirm_wall_speedup_vs_baseline"
 TAG_ABLATION = "autospeed.ablation"  # on the parent: JSON knob -> {baseline value, medians, speed-up lost}
 TAG_ABLATION_KNOB = "autospeed.ablation_knob"  # on each ablation run: the knob set back (or "none": the winner)
 M_CONFIRM_TRIALS = "confirm_trials_total"  # trials the confirmation chose from (an extended search confirms again)
+# confirm.baseline_tta_seconds: on the parent, where the baseline's TTA came from (measured | given) and the note
+TAG_CONFIRM_BASELINE_SOURCE = "autospeed.confirm_baseline_source"
+TAG_CONFIRM_BASELINE_NOTE = "autospeed.confirm_baseline_note"
+BASELINE_MEASURED, BASELINE_GIVEN = "measured", "given"
+# what the search cost, on the parent: confirmation runs' train clock, and the probe and trials' wall seconds,
+# each also in baseline runs (/ the baseline's median TTA, measured or given)
+M_CONFIRM_COMPUTE_SECONDS = "confirm_compute_seconds"
+M_CONFIRM_COMPUTE_BASELINE_RUNS = "confirm_compute_baseline_runs"
+M_EXPLORATION_SECONDS = "exploration_seconds"
+M_EXPLORATION_BASELINE_RUNS = "exploration_baseline_runs"
 
 DEFAULT_TRAIN_EXPERIMENT = "autospeed-train"
 
@@ -262,6 +280,10 @@ def final_metrics(result: dict[str, Any], objective: float | None = None) -> lis
         M_COMPILE_SECONDS: result.get("compile_seconds"),
         M_PEAK_MEMORY_MB: result.get("peak_memory_mb"),
         M_OBJECTIVE: objective,
+        # a predicted trial's (search/curve.py); absent from every other run
+        M_TTA_PREDICTED: result.get(M_TTA_PREDICTED),
+        M_TTA_PREDICTED_LOW: result.get(M_TTA_PREDICTED_LOW),
+        M_TTA_PREDICTED_HIGH: result.get(M_TTA_PREDICTED_HIGH),
     }
     return metrics(values)
 

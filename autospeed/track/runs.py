@@ -15,7 +15,11 @@ from autospeed.track import layout as t
 from autospeed.errors import RunFailure
 from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
+from autospeed.predict import format_predicted
 from autospeed.recipe import Target, target_from
+
+# the note of a trial in a search without `predict` (autospeed/search/curve.py): nothing to say about it
+PREDICT_OFF_NOTE = t.TTA_NOTE_PREDICT_OFF
 
 KEY_KNOBS = ("batch_size", "accumulation_steps", "workers", "lr", "schedule", "precision", "compile", "optimizer")
 
@@ -40,6 +44,31 @@ class TrialRow:
     device: str | None = None  # autospeed.env.device_name: the GPU's or the CPU's name
     best_value: float | None = None  # best value of the target metric, in its direction
     applied: dict[str, Any] = field(default_factory=dict)  # what took effect (the trainer's `applied`)
+    # Long jobs (DESIGN.md "Long jobs: predicted time to target"): where the TTA comes from, measured | predicted |
+    # none (layout.TTA_*); "" reads a run from before the tag: measured when it reached, else none
+    tta_source: str = ""
+    tta_predicted_seconds: float | None = None  # a prediction, never a measurement: tta_seconds stays None
+    tta_predicted_low_seconds: float | None = None  # its 80% interval
+    tta_predicted_high_seconds: float | None = None
+    tta_note: str | None = None  # what the prediction rests on, or why there is none
+
+    def __post_init__(self) -> None:
+        if self.reached:  # a measurement is a measurement, whatever a tag says
+            self.tta_source = t.TTA_MEASURED
+        elif not self.tta_source:
+            self.tta_source = t.TTA_NONE
+
+    @property
+    def predicted(self) -> bool:
+        """Its TTA is a prediction (the curve extrapolated to the target), not a measurement."""
+        return self.tta_source == t.TTA_PREDICTED and self.tta_predicted_seconds is not None
+
+    @property
+    def no_prediction_note(self) -> str | None:
+        """Why a trial that did not reach has no prediction, under `predict` (None without predict)."""
+        if self.reached or self.predicted or not self.tta_note or self.tta_note == PREDICT_OFF_NOTE:
+            return None
+        return self.tta_note
 
     @property
     def target(self) -> Target:
@@ -118,16 +147,27 @@ def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = Non
             # runs from before targets were general logged only best_val_accuracy
             best_value=m.get(t.M_BEST_VALUE, m.get(t.M_BEST_VAL_ACCURACY)),
             applied=json.loads(tags.get(t.TAG_APPLIED) or "{}"),
+            tta_source=tags.get(t.TAG_TTA_SOURCE, ""), tta_predicted_seconds=m.get(t.M_TTA_PREDICTED),
+            tta_predicted_low_seconds=m.get(t.M_TTA_PREDICTED_LOW),
+            tta_predicted_high_seconds=m.get(t.M_TTA_PREDICTED_HIGH), tta_note=tags.get(t.TAG_TTA_NOTE),
         ))
     return rows
 
 
 def ranked(rows: list[TrialRow]) -> list[TrialRow]:
-    """Reached trials by TTA, then the rest by objective (closer to target first).
+    """Reached trials by TTA, then the rest by objective (closer to target first). A predicted trial's objective
+    is its predicted TTA (capped at predict's cap, which censors the trials without a prediction above it), so it
+    ranks after every measured TTA and before every censored trial.
 
     A trial that repeated an earlier trial's recipe (and took its result) is not ranked twice."""
-    unique = [r for r in rows if not r.duplicate_of]
-    return sorted(unique, key=lambda r: (not r.reached, r.tta_seconds if r.reached else (r.objective or math.inf)))
+    def key(r: TrialRow) -> tuple[bool, float]:
+        if r.reached:
+            return False, r.tta_seconds
+        if r.objective is not None:
+            return True, r.objective
+        return True, r.tta_predicted_seconds if r.predicted else math.inf
+
+    return sorted((r for r in rows if not r.duplicate_of), key=key)
 
 
 def baseline_of(rows: list[TrialRow]) -> TrialRow | None:
@@ -139,6 +179,57 @@ def speedup(baseline: TrialRow | None, best: TrialRow | None) -> float | None:
     if baseline is None or best is None or not baseline.reached or not best.reached:
         return None
     return _ratio(baseline.tta_seconds, best.tta_seconds)
+
+
+def predicted_speedup(baseline: TrialRow | None, row: TrialRow | None) -> float | None:
+    """baseline / row TTA where either side is a prediction (its median) and the other measured or predicted;
+    None otherwise (both measured: `speedup`). A predicted ratio: confirmation measures the real one."""
+    if baseline is None or row is None or not (baseline.predicted or row.predicted):
+        return None
+    return _ratio(_tta_or_predicted(baseline), _tta_or_predicted(row))
+
+
+def _tta_or_predicted(row: TrialRow) -> float | None:
+    return row.tta_seconds if row.reached else row.tta_predicted_seconds if row.predicted else None
+
+
+def speedup_text(baseline: TrialRow | None, row: TrialRow | None, long: bool = False) -> str:
+    """A speed-up over the baseline as shown: measured `3.12x`, predicted `~3.1x` (long: `~3.1x (predicted;
+    confirmation measures it)`), else `-`."""
+    measured = speedup(baseline, row)
+    if measured:
+        return f"{measured:.2f}x"
+    guess = predicted_speedup(baseline, row)
+    if guess:
+        return f"~{guess:.1f}x" + (" (predicted; confirmation measures it)" if long else "")
+    return "-"
+
+
+def tta_text(row: TrialRow) -> str:
+    """What a TTA cell shows: measured `12.30 s`, predicted `~412 s [300-560]` (the ~ and the 80% interval mark
+    a prediction: autospeed.predict.format_predicted), else `-`."""
+    if row.reached:
+        return f"{row.tta_seconds:.2f} s"
+    if row.predicted:
+        return format_predicted(row.tta_predicted_seconds, row.tta_predicted_low_seconds,
+                                row.tta_predicted_high_seconds)
+    return "-"
+
+
+def predicted_text(row: TrialRow) -> str | None:
+    """A trial that did not reach, as the live view shows it (Prediction.describe()'s form): `~412 s [300-560]`,
+    or `no prediction (flat: ...)` when the run says why; None for a reached trial and for runs without either."""
+    if row.reached:
+        return None
+    if row.predicted:
+        return tta_text(row)
+    return f"no prediction ({row.no_prediction_note})" if row.no_prediction_note else None
+
+
+def tta_cell(row: TrialRow) -> str:
+    """tta_text, and for a trial without a prediction its reason, short: `no prediction (flat)`."""
+    note = row.no_prediction_note
+    return f"no prediction ({note.split(':')[0].split(' (')[0].strip()})" if note else tta_text(row)
 
 
 def short_node(node: str) -> str:
@@ -178,7 +269,8 @@ def placement_note(rows: list[TrialRow]) -> str | None:
 
 def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
     """A plain-text table of the top trials and the baseline; a node and a device column (and a
-    note below) when the trials ran on more than one."""
+    note below) when the trials ran on more than one. A predicted TTA shows as one (`~412 s [300-560]`),
+    a speed-up with a predicted side as `~3.1x`, and a note below says what ~ means."""
     order = ranked(rows)
     base = baseline_of(rows)
     shown = order[:top]
@@ -188,16 +280,27 @@ def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
     extra = (["node"] if len(nodes) > 1 else []) + (["device"] if len(devices) > 1 else [])
     head = "".join(f" {'node':<18}" if c == "node" else f" {'device':<24}" for c in extra)
     metric = shown[0].target.metric if shown else "value"
-    lines = [f"{'#':>3}  {'trial':<14} {'status':<13} {'TTA s':>8} {('best ' + metric)[:14]:>14} {'vs base':>8}{head}  knobs"]
-    for i, r in enumerate(shown, 1):
-        tta = f"{r.tta_seconds:.2f}" if r.reached else "-"
+    ttas = {r.run_id: tta_cell(r) for r in shown}
+    width = max([8, *(len(x) for x in ttas.values())])
+    lines = [f"{'#':>3}  {'trial':<14} {'status':<13}  {'TTA':>{width}} {('best ' + metric)[:14]:>14} {'vs base':>8}"
+             f"{head}  knobs"]
+    for r in shown:
         acc = f"{r.best_value:.4f}" if r.best_value is not None else "-"
-        sp = speedup(base, r)
-        vs = f"{sp:.2f}x" if sp else "-"
+        vs = speedup_text(base, r)
         label = "baseline" if r.baseline else r.trial_id[-14:]
         where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node" else f" {(r.device or '-')[:24]:<24}"
                         for c in extra)
-        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13} {tta:>8} {acc:>14} {vs:>8}{where}  {r.knobs()}")
+        lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13}  {ttas[r.run_id]:>{width}} {acc:>14} "
+                     f"{vs:>8}{where}  {r.knobs()}")
+    if any(r.predicted for r in shown):
+        lines.append("note: ~ marks a predicted TTA, not a measurement: where the trial's evaluation curve, "
+                     "extrapolated, meets the target, with its 80% interval in brackets; a speed-up with a predicted "
+                     "side (~) is predicted too")
+        best = order[0]
+        if predicted_speedup(base, best):
+            who = "baseline" if best.baseline else best.trial_id
+            lines.append(f"note: search speed-up of the best ({who}) over the baseline: "
+                         f"{speedup_text(base, best, long=True)}")
     note = placement_note(rows)
     if note:
         lines.append(f"note: {note}")
@@ -212,12 +315,14 @@ def leaderboard_csv(rows: list[TrialRow]) -> str:
     knob_names = sorted({k for r in rows for k in r.params})
     w = csv.writer(buf)
     w.writerow(["rank", "trial_id", "run_id", "baseline", "status", "tta_seconds", "best_value", "best_val_accuracy",
-                "objective", "wall_seconds", "duplicate_of", "node", "device", *knob_names])
+                "objective", "wall_seconds", "duplicate_of", "node", "device", "tta_source", "tta_predicted_seconds",
+                "tta_predicted_low_seconds", "tta_predicted_high_seconds", "tta_note", *knob_names])
     order = ranked(rows)
     for i, r in enumerate(order + [r for r in rows if r.duplicate_of], 1):
         w.writerow([i if i <= len(order) else "", r.trial_id, r.run_id, r.baseline, r.status, r.tta_seconds,
                     r.best_value, r.best_val_accuracy, r.objective, r.wall_seconds, r.duplicate_of or "",
-                    r.node or "", r.device or "", *[r.params.get(k, "") for k in knob_names]])
+                    r.node or "", r.device or "", r.tta_source, r.tta_predicted_seconds, r.tta_predicted_low_seconds,
+                    r.tta_predicted_high_seconds, r.tta_note or "", *[r.params.get(k, "") for k in knob_names]])
     return buf.getvalue()
 
 

@@ -86,6 +86,8 @@ def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int,
     warmup = int(recipe.warmup_fraction * total_steps)
     applied["warmup_fraction"] = recipe.warmup_fraction if warmup > 0 else 0.0
     rest = max(total_steps - warmup, 1)
+    if recipe.schedule == "wsd":
+        return _warmup_stable_decay(optimizer, warmup, rest, max(1, round(recipe.decay_fraction * total_steps)))
     main = {
         "constant": lambda: sched.ConstantLR(optimizer, factor=1.0, total_iters=0),
         "cosine": lambda: sched.CosineAnnealingLR(optimizer, T_max=rest),
@@ -95,3 +97,20 @@ def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int,
         return main
     ramp = sched.LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup)
     return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
+
+
+def _warmup_stable_decay(optimizer, warmup: int, rest: int, decay: int):
+    """Warm-up over `warmup` steps, the peak LR, then linear decay to 0 over the last `decay` of all steps
+    (torch's LinearLR and ConstantLR in a SequentialLR)."""
+    sched = torch.optim.lr_scheduler
+    decay = min(decay, rest)
+    stable = rest - decay
+    parts, milestones = [], []
+    if warmup:
+        parts.append(sched.LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup))
+        milestones.append(warmup)
+    if stable:
+        parts.append(sched.ConstantLR(optimizer, factor=1.0, total_iters=0))
+        milestones.append(warmup + stable)
+    parts.append(sched.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=decay))
+    return parts[0] if len(parts) == 1 else sched.SequentialLR(optimizer, parts, milestones=milestones)

@@ -12,6 +12,8 @@ Figures:
     importance.png  Optuna's parameter importances over the search's study
     confirm.png     confirmation medians with min and max (when confirmation ran)
     ablation.png    speed-up lost without each knob, and its share (when confirm.ablation ran)
+    predicted.png   each trial that did not reach: its curve extrapolated to its predicted TTA, with the 80%
+                    interval on the target line (when some trial's TTA is predicted)
     probe.png       steady-state samples/s per systems configuration and batch size, OOMs marked
                     (when the probe stage ran)
 """
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autospeed.show.report.data import SearchData, collect, experiment_dir
-from autospeed.show.report.figures import (plot_ablation, plot_confirm, plot_curves, plot_importance, plot_probes, plot_tradeoff,
-                                           plot_tta)
+from autospeed.show.report.figures import (plot_ablation, plot_confirm, plot_curves, plot_importance, plot_predicted,
+                                           plot_probes, plot_tradeoff, plot_tta)
 from autospeed.show.report.page import render_html
 from autospeed.track import layout as t
 from autospeed.track import runs as res
@@ -62,6 +64,13 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
         figures["tradeoff"] = (plot_tradeoff(d, out / "tradeoff.png"),
                                f"Speed against {d.target_metric}: each trial's TTA (or train seconds used) "
                                f"and best {d.target_metric}")
+        if d.predicted:
+            figures["predicted"] = (plot_predicted(d, out / "predicted.png"),
+                                    "Predicted TTAs: each trial that missed the target within its budget, its "
+                                    "curve (solid) carried on by the fitted learning curve (dashed) to its "
+                                    "predicted TTA, with the 80% interval as a bar on the target line; trials that "
+                                    "reached are solid up to their measured TTA. A prediction ranks the trials; "
+                                    "confirmation measures the winner")
     else:
         d.notes.append("the search has no trial runs yet")
     if d.importances:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.outcome import median_tta
+from autospeed.predict import predict_tta
 from autospeed.recipe import ACCURACY, Target, target_from
 from autospeed.track import layout as t
 from autospeed.track import runs as res
@@ -18,6 +19,37 @@ from autospeed.track import runs as res
 class Curve:
     train_seconds: list[float]
     values: list[float]  # of the search's target metric
+
+
+@dataclass
+class Extrapolation:
+    """A predicted trial's curve carried on to its predicted TTA: the logged prediction (what ranked the trial)
+    and the best fit of predict_tta refitted on the logged curve, from its last evaluation to that TTA."""
+
+    seconds: float  # the predicted TTA as the trial logged it
+    low_seconds: float | None  # its 80% interval
+    high_seconds: float | None
+    train_seconds: list[float]  # the extrapolated curve, from the last evaluation to `seconds`
+    values: list[float]
+
+
+EXTRAPOLATION_POINTS = 60
+
+
+def extrapolation(row: res.TrialRow, c: Curve) -> Extrapolation | None:
+    """None unless the row's TTA is predicted and its curve was logged. The refit uses predict_tta's defaults
+    and the row's target; where it keeps no fit, the line runs straight from the last point to the target."""
+    if not row.predicted or not c.train_seconds:
+        return None
+    target = row.target
+    last, end = c.train_seconds[-1], max(row.tta_predicted_seconds, c.train_seconds[-1])
+    xs = [last + (end - last) * i / (EXTRAPOLATION_POINTS - 1) for i in range(EXTRAPOLATION_POINTS)]
+    fit = predict_tta(c.train_seconds, c.values, target.value, target.mode)
+    ys = fit.curve(xs) if fit.fit is not None else [math.nan]
+    if not all(math.isfinite(y) for y in ys):
+        xs, ys = [last, end], [c.values[-1], target.value]
+    return Extrapolation(row.tta_predicted_seconds, row.tta_predicted_low_seconds, row.tta_predicted_high_seconds,
+                         xs, [float(y) for y in ys])
 
 
 @dataclass
@@ -78,6 +110,12 @@ class SearchData:
     probes: list[ProbeRow] = field(default_factory=list)
     probe_fixed: str | None = None  # what the probe fixed (the parent's tag, JSON)
     ablation: dict[str, dict[str, Any]] = field(default_factory=dict)  # knob -> search/ablation.py's record
+    extrapolations: dict[str, Extrapolation] = field(default_factory=dict)  # run id -> a predicted trial's
+
+    @property
+    def predicted(self) -> bool:
+        """Some trial's TTA is a prediction (a search with `predict`): the report marks and draws them."""
+        return any(r.predicted for r in self.rows)
 
     @property
     def metric_label(self) -> str:
@@ -188,6 +226,7 @@ def collect(client, name: str, searches: Path | None = None) -> SearchData:
     names = {run.info.run_id: run.info.run_name for run in children}
     target = _search_target(rows, parent)
     curves = {r.run_id: curve(client, r.run_id, target.metric) for r in rows}
+    extrapolations = {r.run_id: x for r in rows if (x := extrapolation(r, curves[r.run_id])) is not None}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
     # An extended search confirmed again: only the latest confirmation's runs count.
     latest = parent.data.metrics.get(t.M_CONFIRM_TRIALS)
@@ -219,6 +258,6 @@ def collect(client, name: str, searches: Path | None = None) -> SearchData:
         max_train_seconds=_float_param(rows, parent, "max_train_seconds", "budget.max_train_seconds"),
         importances=imp, environment=env, run_names=names, notes=[why] if why else [],
         probes=probe_rows(children), probe_fixed=parent.data.tags.get(t.TAG_PROBE_FIXED),
-        ablation=json.loads(parent.data.tags.get(t.TAG_ABLATION) or "{}"))
+        ablation=json.loads(parent.data.tags.get(t.TAG_ABLATION) or "{}"), extrapolations=extrapolations)
 
 

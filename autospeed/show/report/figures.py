@@ -89,7 +89,8 @@ def plot_tta(d: SearchData, path: Path) -> Path:
         if not r.reached:
             bar.set_hatch("//")
             bar.set_alpha(0.55)
-        text = f"{w:.2f} s" if r.reached else f"{r.status} at {w:.2f} s"
+        text = f"{w:.2f} s" if r.reached else f"{r.status} at {w:.2f} s" + (
+            f", predicted TTA {res.tta_text(r)}" if r.predicted else "")
         ax.text(w, bar.get_y() + bar.get_height() / 2, f" {text}", va="center", fontsize=8)
     base = d.baseline
     if base is not None and base.reached:
@@ -104,6 +105,57 @@ def plot_tta(d: SearchData, path: Path) -> Path:
     ax.legend(handles=handles, fontsize=8, loc="best")
     ax.set_xlim(0, max(widths + [1e-9]) * 1.35)
     ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_predicted(d: SearchData, path: Path, labelled: int = 10) -> Path:
+    """Each trial that did not reach: its curve (solid), the refitted curve carried on to its predicted TTA
+    (dashed), and that TTA with its 80% interval as an error bar on the target line; trials without a prediction
+    thin grey; trials that reached solid up to their TTA. The `labelled` best predicted trials are named.
+    Log train seconds: a long job's prediction lies 10x and more past the seconds a trial trained."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    colours = plt.get_cmap("tab10")
+    order = res.ranked(d.rows)
+    predicted = [r for r in order if r.run_id in d.extrapolations]
+    right, left = 1e-3, min([x for c in d.curves.values() for x in c.train_seconds if x > 0] + [1.0])
+    for r in order:
+        c = d.curves.get(r.run_id)
+        if not c or not c.train_seconds or r.run_id in d.extrapolations:
+            continue
+        right = max(right, c.train_seconds[-1])
+        if r.reached:
+            xs = [x for x in c.train_seconds if x <= r.tta_seconds] or c.train_seconds[:1]
+            ax.plot(xs, c.values[:len(xs)], color=STATUS_COLOURS[Status.REACHED], lw=1, alpha=0.6, marker="o", ms=2)
+        else:
+            ax.plot(c.train_seconds, c.values, color="#9e9e9e", lw=0.8, alpha=0.6)
+    for i, r in enumerate(predicted):
+        c, x = d.curves[r.run_id], d.extrapolations[r.run_id]
+        colour = colours(i % 10)
+        name = f"{d.label(r)}: {res.tta_text(r)}" if i < labelled else None
+        ax.plot(c.train_seconds, c.values, color=colour, lw=1.6, marker="o", ms=3, label=name,
+                ls="-", zorder=4)
+        ax.plot(x.train_seconds, x.values, color=colour, lw=1.4, ls="--", zorder=4)
+        if d.target is not None:
+            low = x.seconds - x.low_seconds if x.low_seconds is not None else 0.0
+            high = x.high_seconds - x.seconds if x.high_seconds is not None else 0.0
+            ax.errorbar([x.seconds], [d.target], xerr=[[low], [high]], fmt="D", color=colour, ms=6, capsize=4,
+                        lw=1.5, zorder=5)
+        right = max(right, x.high_seconds or x.seconds, x.seconds)
+    if d.target is not None:
+        ax.axhline(d.target, color="#c62828", lw=1, ls=":", label=f"target {d.target:g}")
+    ax.plot([], [], color=STATUS_COLOURS[Status.REACHED], lw=1, label="reached: measured, up to its TTA")
+    ax.plot([], [], color="#555", ls="--", label="extrapolated (diamond: predicted TTA, bar: 80% interval)")
+    if any(not r.reached and r.run_id not in d.extrapolations for r in d.rows):
+        ax.plot([], [], color="#9e9e9e", lw=0.8, label="not reached, no prediction")
+    ax.set_xscale("log")
+    ax.set_xlim(left * 0.8, right * 1.25)
+    ax.set_xlabel("train clock (s, evaluation excluded; log scale)")
+    ax.set_ylabel(d.metric_label)
+    ax.set_title("Predicted time to target: each curve carried on to the target (~: a prediction, not a measurement)",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right" if d.target_mode == "max" else "upper right")
     return _save(fig, path)
 
 

@@ -40,6 +40,15 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
              ("baseline TTA (1 run)", _fmt(summary[t.M_BASELINE_TTA], " s")),
              ("speed-up (search)", _fmt(summary[t.M_SPEEDUP], "x")),
              ("trials", f"{summary['trials_total']}")]
+    if d.predicted:  # predictions get cards of their own, named so: never in a measured card
+        first = next(r for r in res.ranked(d.rows) if r.predicted)
+        if summary[t.M_BEST_TTA] is None:
+            cards.insert(1, ("best TTA (predicted)", res.tta_text(first)))
+        if d.baseline is not None and d.baseline.predicted:
+            cards.insert(-1, ("baseline TTA (predicted)", res.tta_text(d.baseline)))
+        top = res.ranked(d.rows)[0]
+        if res.predicted_speedup(d.baseline, top):
+            cards.insert(-1, ("speed-up (search, predicted)", res.speedup_text(d.baseline, top)))
     if t.M_CONFIRM_MEDIAN in m:
         low, high = m.get(t.M_CONFIRM_SPEEDUP_CI_LOW), m.get(t.M_CONFIRM_SPEEDUP_CI_HIGH)
         interval = (f"{low:.2f}x to {high:.2f}x" if low is not None and high is not None else
@@ -62,12 +71,23 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
            f"generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
            f"<p class='muted'>TTA = train-clock seconds to the first evaluation that meets the target "
            f"(evaluation off the clock). Measured on: {e(where or 'unknown')}.</p>",
+           *([f"<p class='note' id='predicted'>~ marks a predicted TTA, not a measurement: where a trial's "
+              f"evaluation curve, extrapolated, meets the target, with its 80% interval in brackets "
+              f"(e.g. {e(res.tta_text(next(r for r in res.ranked(d.rows) if r.predicted)))}); a speed-up with a "
+              f"predicted side is predicted too. Confirmation measures the winner.</p>"] if d.predicted else []),
            *([f"<p class='note' id='placement'>Note: {e(placement)}.</p>"] if placement else []),
            "<div class='cards'>" + "".join(f"<div class='card'>{e(k)}<b>{e(v)}</b></div>" for k, v in cards)
            + "</div>",
            f"<p>Trial outcomes: {e(counts or 'none')}.</p>"]
     if winner is not None:
         out.append(f"<p>Winner: <b>{e(d.label(winner))} (trial {e(winner.trial_id)})</b> with {e(winner.knobs())}.</p>")
+    elif d.predicted:
+        best = next(r for r in res.ranked(d.rows) if r.predicted)
+        out.append(f"<p class='note'>No trial reached the target within its budget. Best predicted: "
+                   f"<b>{e(d.label(best))} (trial {e(best.trial_id)})</b>, TTA {e(res.tta_text(best))} (predicted), "
+                   + (f"{e(sp)} over the baseline, " if (sp := res.speedup_text(d.baseline, best, long=True)) != "-"
+                      else "no speed-up (the baseline has no TTA), ") + f"with "
+                   f"{e(best.knobs())}.</p>")
     else:
         out.append("<p class='note'>No trial reached the target: raise budget.max_train_seconds or loosen "
                    "the target and search again.</p>")
@@ -86,17 +106,16 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
         out.append(f"<h2>{e(caption.split(':')[0])}</h2><figure><img id='fig-{e(key)}' alt='{e(key)}' "
                    f"src='{_data_uri(path)}'><figcaption>{e(caption)}</figcaption></figure>")
     out.append("<h2>Leaderboard</h2><table><tr><th>#</th><th>MLflow run</th><th>trial id</th><th>status</th>"
-               f"<th>TTA s</th><th>best {e(d.target_metric)}</th><th>vs baseline</th>"
+               f"<th>TTA</th><th>best {e(d.target_metric)}</th><th>vs baseline</th>"
                + ("<th>node</th>" if len(nodes) > 1 else "") + ("<th>device</th>" if len(devices) > 1 else "")
                + "<th>knobs</th></tr>")
     base_row = d.baseline
     for i, r in enumerate(res.ranked(d.rows), 1):
-        sp = res.speedup(base_row, r)
         out.append(f"<tr><td>{i}</td><td>{e(d.label(r))}</td><td>{e(r.trial_id)}</td>"
                    f"<td style='color:{STATUS_COLOURS.get(r.status, '#777')}'>{e(r.status)}</td>"
-                   f"<td>{_fmt(r.tta_seconds if r.reached else None)}</td>"
+                   f"<td>{e(res.tta_cell(r))}</td>"
                    f"<td>{'-' if r.best_value is None else f'{r.best_value:.4f}'}</td>"
-                   f"<td>{_fmt(sp, 'x')}</td>"
+                   f"<td>{e(res.speedup_text(base_row, r))}</td>"
                    + (f"<td>{e(res.short_node(r.node) if r.node else '-')}</td>" if len(nodes) > 1 else "")
                    + (f"<td>{e(r.device or '-')}</td>" if len(devices) > 1 else "")
                    + f"<td>{e(r.knobs())}</td></tr>")

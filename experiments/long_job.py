@@ -1,0 +1,292 @@
+"""Long jobs: is a predicted TTA honest enough to rank, and does a search that ranks by it pay back?
+
+(a) Prediction quality (`--part curves`, then `--part quality`). `curves` trains `--recipes` recipes drawn at
+    random (Optuna's RandomSampler over search_spaces/long.yaml's space, plus its baseline) to the real target in
+    this process, evaluating as often as a trial does, and keeps every curve in a JSON file; and, for the schedule
+    problem, the first `--decaying` of them again with `schedule: cosine` over the same epochs (a schedule whose LR
+    decays over the whole run). `quality` then predicts each recipe's TTA (search/curve.py, as a trial does) from
+    the evaluations in the first 10%, 25% and 50% of its true TTA and gives, per cut: Spearman's rho between the
+    objective a search would rank by and the true TTA, the median |log(predicted/true)|, the share with a
+    prediction, and how often the 80% interval held the truth. References at the same compute (a common budget
+    per recipe = the cut x the median true TTA, as a search gives every trial the same budget): the prediction,
+    today's censored objective (`budget x (1 + gap)`), and the metric's value at the budget.
+(b) Payback (`--part payback`): long.yaml searched with and without predict at the same search compute (trials
+    and budget), over `--seeds` sampler seeds, exploration only (probe and trials: confirmation off); then the
+    baseline and every search's winner trained to the real target in fresh processes, interleaved, `--repeats`
+    each. Gives each search's exploration wall seconds in baseline runs (the baseline's median process wall,
+    start to exit) and the winner's measured speed-up (median TTAs, train clock).
+
+Run (from the repository root):
+    python experiments/long_job.py --part curves        # ~15 min on 2 cores -> experiments/results/long_job_curves.json
+    python experiments/long_job.py --part quality       # seconds -> experiments/results/long_job.md
+    python experiments/long_job.py --part payback       # ~25 min -> experiments/results/long_job_payback.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (RESULTS, cpu_lock, describe_runs, provenance, quick, results_header,  # noqa: E402
+                     search_and_export, shown, time_interleaved, write_results, write_space_variant)
+
+SPACE = "search_spaces/long.yaml"
+CUTS = (0.1, 0.25, 0.5)
+FULL_SECONDS = 150.0  # a recipe that has not met the target by then is "not reached" (its true TTA > this)
+
+
+# ---------------------------------------------------------------- (a) curves
+def draw_recipes(spec, count: int, seed: int) -> list[dict]:
+    """The baseline and `count` random recipes of the space (Optuna's RandomSampler through the space's own
+    define-by-run), as recipe dicts with the full budget."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    out = [{"label": "baseline", "params": {}, "recipe": spec.recipe_for({}, baseline=True)}]
+    for i in range(count):
+        params = spec.suggest(study.ask())
+        out.append({"label": f"r{i:02d}", "params": params, "recipe": spec.recipe_for(params)})
+    return out
+
+
+def run_curves(space: str, count: int, decaying: int, seed: int, out: Path, full_seconds: float) -> None:
+    from autospeed.space import load_spec
+    from autospeed.train.trainer import train
+    from autospeed.workloads import load_workload
+
+    spec = load_spec(space)
+    drawn = draw_recipes(spec, count, seed)
+    for d in drawn[1:1 + decaying]:
+        drawn.append({"label": f"{d['label']}-cosine", "params": {**d["params"], "schedule": "cosine"},
+                      "recipe": d["recipe"].model_copy(update={"schedule": "cosine"})})
+    workload = load_workload(spec.workload, spec.workload_options)
+    rows = []
+    with cpu_lock(exclusive=True):
+        for d in drawn:
+            recipe = d["recipe"].model_copy(update={"max_train_seconds": full_seconds})
+            started = time.perf_counter()
+            r = train(recipe, workload, num_threads=os.cpu_count())
+            rows.append({"label": d["label"], "params": d["params"], "schedule": recipe.schedule,
+                         "epochs": recipe.epochs, "decay_fraction": recipe.decay_fraction, "status": r.status.value,
+                         "tta_seconds": r.tta_seconds, "compile_seconds": r.compile_seconds,
+                         "wall_seconds": time.perf_counter() - started,
+                         "curve": [[h["train_seconds"], h["value"], h["epoch"]] for h in r.history]})
+            print(f"{d['label']}: {r.status.value} TTA {r.tta_seconds} ({len(r.history)} evaluations)", flush=True)
+    target = spec.resolved_target
+    write_results(out, json.dumps({"provenance": provenance(), "space": space, "target": target.model_dump(),
+                                   "budget_seconds": spec.budget.max_train_seconds, "full_seconds": full_seconds,
+                                   "predict": spec.predict.model_dump(), "recipes": rows}, indent=1))
+
+
+# ---------------------------------------------------------------- (a) quality
+def _curve_until(row: dict, seconds: float) -> list[list[float]]:
+    return [p for p in row["curve"] if p[0] <= seconds + 1e-9]
+
+
+def search_view(row: dict, spec, seconds: float) -> dict:
+    """What a trial of `row`'s recipe cut at `seconds` reports last: its search objective and prediction, the
+    censored objective of today, and the metric's best value at the cut."""
+    from autospeed.outcome import Status, objective
+    from autospeed.recipe import Recipe
+    from autospeed.search.curve import TrialCurve, cap_seconds
+
+    points = _curve_until(row, seconds)
+    recipe = spec.recipe_for(row["params"], baseline=row["label"] == "baseline")
+    recipe = Recipe.model_validate({**recipe.model_dump(), "schedule": row["schedule"]})
+    target = recipe.resolved_target
+    best = None
+    for _, v, _ in points:
+        best = v if best is None or (v < best if target.mode == "min" else v > best) else best
+    reached = best is not None and target.met(best)
+    if reached:
+        tta = next(p[0] for p in points if target.met(p[1]))
+        return {"objective": tta, "censored": tta, "value": best, "prediction": None, "reached": True}
+    curve = TrialCurve(recipe, {**spec.predict.model_dump(), "enabled": True}, cap_seconds(spec))
+    for t, v, e in points:
+        curve.add(t, v, e, row["compile_seconds"])
+    fields = curve.fields(Status.NOT_REACHED, False, best) if points else {"objective": math.inf}
+    censored = objective(Status.NOT_REACHED, None, best, target.value, seconds, target.mode)
+    return {"objective": fields["objective"], "censored": censored, "value": best if best is not None else math.inf,
+            "prediction": curve.last, "reached": False}
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)
+
+
+def quality_lines(data: dict) -> list[str]:
+    from autospeed.space import load_spec
+
+    spec = load_spec(data["space"])
+    mode = data["target"]["mode"]
+    rows = [r for r in data["recipes"] if not r["label"].endswith("-cosine")]
+    decaying = [r for r in data["recipes"] if r["label"].endswith("-cosine")]
+    truth = lambda r: r["tta_seconds"] if r["tta_seconds"] is not None else math.inf  # noqa: E731
+    reached = [r for r in rows if r["tta_seconds"] is not None]
+    median_true = statistics.median(truth(r) for r in reached)
+    lines = [f"Space: `{data['space']}` (target {data['target']['metric']} {'<=' if mode == 'min' else '>='} "
+             f"{data['target']['value']}), {len(rows)} recipes (the baseline and {len(rows) - 1} drawn at random), "
+             f"each trained in one process to the target or {data['full_seconds']:g} s: {len(reached)} reached "
+             f"(true TTA {min(truth(r) for r in reached):.1f}-{max(truth(r) for r in reached):.1f} s, median "
+             f"{median_true:.1f} s). Curves: `{shown(Path(RESULTS) / 'long_job_curves.json')}`, recorded at:",
+             "", "```", data["provenance"], "```", "",
+             "### Per recipe: predicted from the evaluations before a share of its own true TTA", "",
+             "Only recipes that reached (a true TTA to cut). rho: Spearman's rank correlation between the objective "
+             "a search ranks by (the predicted TTA; censored at the cap where there is no prediction) and the true "
+             "TTA. |log|: median |log(predicted / true)| over the predicted. In 80%: share of true TTAs inside the "
+             "80% interval.", "",
+             "| cut | rho | predicted | median abs log(pred/true) | in 80% interval |", "|---|---|---|---|---|"]
+    for cut in CUTS:
+        views = [search_view(r, spec, cut * truth(r)) for r in reached]
+        pred = [(v["prediction"], truth(r)) for v, r in zip(views, reached) if v["prediction"] and v["prediction"].ok]
+        err = statistics.median(abs(math.log(p.seconds / t)) for p, t in pred) if pred else math.nan
+        inside = sum(p.low_seconds <= t <= p.high_seconds for p, t in pred) / len(pred) if pred else math.nan
+        rho = spearman([v["objective"] for v in views], [truth(r) for r in reached])
+        lines.append(f"| {cut:.0%} of its TTA | {rho:.2f} | {len(pred)}/{len(reached)} | {err:.2f} | {inside:.2f} |")
+    lines += ["", "### At the same compute: every recipe cut at one budget", "",
+              "Budget = the cut x the median true TTA; all recipes, a recipe that never reached ranks last in the "
+              "truth. rho of: the search's objective with predict, today's censored objective (budget x (1 + gap)), "
+              "and the metric's best value at the budget (\"Is one epoch all you need?\").", "",
+              "| budget | rho predicted | rho censored (today) | rho metric at budget | reached by then | predicted |",
+              "|---|---|---|---|---|---|"]
+    for cut in CUTS:
+        budget = cut * median_true
+        views = [search_view(r, spec, budget) for r in rows]
+        true = [truth(r) for r in rows]
+        sign = 1 if mode == "min" else -1
+        rho_p = spearman([v["objective"] for v in views], true)
+        rho_c = spearman([v["censored"] for v in views], true)
+        rho_v = spearman([sign * v["value"] for v in views], true)
+        n_pred = sum(1 for v in views if v["prediction"] is not None and v["prediction"].ok)
+        lines.append(f"| {budget:.1f} s ({cut:.0%} of the median) | {rho_p:.2f} | {rho_c:.2f} | {rho_v:.2f} | "
+                     f"{sum(v['reached'] for v in views)} | {n_pred} |")
+    lines += ["", "### The schedule problem: a schedule that decays over the whole run, cut early", "",
+              "The same recipes with `schedule: cosine` over the same epochs: the LR falls from the first step, so a "
+              "trial cut at a share of the run sees a curve that understates what the decay will do. Median "
+              "|log(predicted / true)| and the median signed log ratio (positive: predicted too slow) over the "
+              "recipes that reached and got a prediction, per schedule family.", "",
+              "| cut | family | recipes | predicted | median abs log | median signed log |", "|---|---|---|---|---|---|"]
+    by_family = {"constant": [r for r in reached if r["schedule"] == "constant"],
+                 "wsd": [r for r in reached if r["schedule"] == "wsd"],
+                 "cosine": [r for r in decaying if r["tta_seconds"] is not None]}
+    for cut in CUTS:
+        for family, members in by_family.items():
+            preds = []
+            for r in members:
+                v = search_view(r, spec, cut * truth(r))
+                if v["prediction"] is not None and v["prediction"].ok:
+                    preds.append(math.log(v["prediction"].seconds / truth(r)))
+            med_abs = f"{statistics.median(abs(x) for x in preds):.2f}" if preds else "-"
+            med = f"{statistics.median(preds):+.2f}" if preds else "-"
+            lines.append(f"| {cut:.0%} | {family} | {len(members)} | {len(preds)} | {med_abs} | {med} |")
+    cosine_true = {r["label"].removesuffix("-cosine"): truth(r) for r in decaying}
+    pairs = [(truth(r), cosine_true[r["label"]]) for r in rows if r["label"] in cosine_true]
+    lines += ["", "True TTA, the drawn schedule against cosine over the same epochs: " + ", ".join(
+        f"{a:.1f} vs {b:.1f} s" for a, b in pairs) + "."]
+    return lines
+
+
+# ---------------------------------------------------------------- (b) payback
+def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
+    from autospeed.track import layout as t
+    from autospeed.track import runs
+    from autospeed.space import load_spec
+
+    spec = load_spec(space)
+    searches = []
+    for seed in seeds:
+        for predict in (True, False):
+            name = f"long-{'predict' if predict else 'censored'}-s{seed}"
+            variant = write_space_variant(space, [f"sampler.seed={seed}", f"predict.enabled={str(predict).lower()}",
+                                                  "confirm.repeats=0"], name, work)
+            run = search_and_export(variant, work, name, exclusive=True)
+            client = t.connect(run.tracking_uri)
+            rows = runs.trial_rows(client, runs.find_parent(client, name))
+            best = next(r for r in runs.ranked(rows) if not r.baseline)
+            searches.append({"name": name, "seed": seed, "predict": predict, "wall_seconds": run.wall_seconds,
+                             "winner": best.trial_id, "objective": best.objective,
+                             "recipe": _recipe_yaml(client, best.run_id, spec)})
+            print(f"{name}: {run.wall_seconds:.0f} s, winner {best.trial_id}", flush=True)
+    baseline = spec.recipe_for({}, baseline=True).model_copy(
+        update={"max_train_seconds": spec.confirm.max_train_seconds or FULL_SECONDS})
+    recipes = {"baseline": json.loads(baseline.model_dump_json(exclude_none=True))}
+    for s in searches:
+        recipes.setdefault(s["name"], s["recipe"])
+    timed = time_interleaved(recipes, [700 + r for r in range(repeats)], work / "timed")
+    write_results(out, payback_text(searches, timed, space, repeats))
+
+
+def _recipe_yaml(client, run_id: str, spec) -> dict:
+    import yaml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = yaml.safe_load(Path(client.download_artifacts(run_id, "recipe.yaml", tmp)).read_text())
+    data["max_train_seconds"] = spec.confirm.max_train_seconds or FULL_SECONDS
+    return data
+
+
+def payback_text(searches: list[dict], timed: dict, space: str, repeats: int) -> str:
+    from autospeed.outcome import median_tta
+
+    base = timed["baseline"]
+    base_tta = median_tta([r["tta_seconds"] for r in base])
+    base_wall = statistics.median(r["process_wall_seconds"] for r in base)
+    lines = [f"`{space}` searched {len(searches) // 2} times with predict and without (confirmation off: "
+             f"exploration only), then the baseline and each winner trained to the real target in fresh "
+             f"`autospeed train` processes, interleaved, {repeats} each. One baseline run = its median process wall "
+             f"({base_wall:.1f} s, start to exit; median TTA {base_tta:.1f} s on the train clock).", "",
+             "| search | exploration wall | in baseline runs | winner | winner median TTA (min-max) | speed-up |",
+             "|---|---|---|---|---|---|"]
+    for s in searches:
+        med, lo, hi, _ = describe_runs(timed[s["name"]])
+        tta = median_tta([r["tta_seconds"] for r in timed[s["name"]]])
+        speed = f"{base_tta / tta:.2f}x" if tta and base_tta else "missed"
+        lines.append(f"| {s['name']} | {s['wall_seconds']:.0f} s | {s['wall_seconds'] / base_wall:.2f} | "
+                     f"{s['winner']} | {med} ({lo}-{hi}) | {speed} |")
+    med, lo, hi, every = describe_runs(base)
+    lines += ["", f"Baseline: median {med} s ({lo}-{hi}); every run: {every}."]
+    return results_header("Long jobs (b): payback of a search that ranks by predicted TTA") + "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["curves", "quality", "payback"], required=True)
+    parser.add_argument("--space", default=SPACE)
+    parser.add_argument("--recipes", type=int, default=20, help="random recipes besides the baseline")
+    parser.add_argument("--decaying", type=int, default=5, help="of them, again with schedule: cosine")
+    parser.add_argument("--seed", type=int, default=0, help="RandomSampler seed of the drawn recipes")
+    parser.add_argument("--full-seconds", type=float, default=FULL_SECONDS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="payback: sampler seeds")
+    parser.add_argument("--repeats", type=int, default=5, help="payback: fresh-process runs per recipe")
+    parser.add_argument("--curves", default=f"{RESULTS}/long_job_curves.json")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.part == "curves":
+        run_curves(args.space, args.recipes, args.decaying, args.seed, Path(args.curves), args.full_seconds)
+    elif args.part == "quality":
+        data = json.loads(Path(args.curves).read_text())
+        text = results_header("Long jobs (a): is a predicted TTA honest enough to rank?") + "\n".join(
+            quality_lines(data)) + "\n"
+        print(text)
+        write_results(args.out or f"{RESULTS}/long_job.md", text)
+    else:
+        if quick():
+            raise SystemExit("long_job --part payback runs searches; the quick pass starts no Ray")
+        with tempfile.TemporaryDirectory() as tmp:
+            run_payback(args.space, args.seeds, args.repeats, Path(args.out or f"{RESULTS}/long_job_payback.md"),
+                        Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

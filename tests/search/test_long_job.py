@@ -1,0 +1,70 @@
+"""A long job's search (predict on): no trial reaches the target inside its budget, yet the trials are ranked by
+their predicted TTA, every trial says where its TTA came from, and confirmation's full production runs export a
+measured winner. One real search (Ray, Optuna, MLflow) on digits through the CLI."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.search.test_run import autospeed, client_for, runs_of, write_space
+
+BUDGET_SECONDS = 0.4  # per trial: far below what the target needs at these learning rates
+PRODUCTION_SECONDS = 30.0  # confirm.max_train_seconds: the production budget
+
+
+@pytest.fixture(scope="module")
+def long_search(tmp_path_factory, new_store):
+    folder = tmp_path_factory.mktemp("long")
+    space = write_space(
+        folder, name="long", target_accuracy=0.975, budget={"trials": 4, "max_train_seconds": BUDGET_SECONDS},
+        asha={"enabled": False}, sampler={"kind": "random", "seed": 0}, probe={"enabled": False},
+        predict={"enabled": True, "min_evaluations": 4, "max_interval_ratio": 10},
+        confirm={"top_k": 1, "repeats": 1, "max_train_seconds": PRODUCTION_SECONDS},
+        baseline={"batch_size": 32, "optimizer": "sgd", "lr": 0.05, "schedule": "constant"},
+        fixed={"epochs": 200, "eval_every_epochs": 0.5, "optimizer": "adamw"},
+        space={"batch_size": {"choice": [32, 64]}, "lr": {"loguniform": [0.0005, 0.001]},
+               "schedule": {"choice": ["constant", "wsd"]}})
+    uri = new_store(folder)
+    search = autospeed("search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(folder / "runs"),
+                       cwd=folder)
+    export = autospeed("export", "--name", "long", "--tracking-uri", uri, "--out", str(folder / "best.yaml"),
+                       cwd=folder)
+    return {"folder": folder, "search": search, "export": export, "client": client_for(folder),
+            "runs": runs_of(folder, "long")}
+
+
+def test_no_trial_reaches_yet_every_trial_says_where_its_tta_comes_from(long_search):
+    assert long_search["search"].returncode == 0, long_search["search"].stderr
+    trials = [r for r in long_search["runs"] if r.data.tags["autospeed.kind"] == "trial"]
+    assert len(trials) == 4
+    predicted = []
+    for run in trials:
+        tags, metrics = run.data.tags, run.data.metrics
+        assert tags["autospeed.status"] != "reached"
+        assert "tta_seconds" not in metrics  # that name stays for measurements
+        assert tags["autospeed.tta_source"] in ("predicted", "none")
+        if tags["autospeed.tta_source"] == "predicted":
+            predicted.append(run)
+            low, mid, high = (metrics[f"tta_predicted{s}_seconds"] for s in ("_low", "", "_high"))
+            assert BUDGET_SECONDS * 0.9 < low <= mid <= high
+            assert metrics["objective"] == pytest.approx(min(mid, 20 * BUDGET_SECONDS))  # the default cap
+        else:
+            assert tags["autospeed.tta_note"]  # says why there is no prediction
+            assert not any(k.startswith("tta_predicted") for k in metrics)
+            assert metrics["objective"] > 20 * BUDGET_SECONDS  # censored at the cap: below every prediction
+    assert predicted, [r.data.tags["autospeed.tta_note"] for r in trials]
+    assert "~" in long_search["search"].stdout  # shown as a prediction
+
+
+def test_the_winner_is_confirmed_by_production_runs_and_exported_measured(long_search):
+    confirms = [r for r in long_search["runs"] if r.data.tags["autospeed.kind"] == "confirm"]
+    assert confirms
+    for run in confirms:
+        assert float(run.data.params["max_train_seconds"]) == PRODUCTION_SECONDS
+    assert long_search["export"].returncode == 0, long_search["export"].stderr
+    best = yaml.safe_load((long_search["folder"] / "best.yaml").read_text())
+    assert best["max_train_seconds"] == PRODUCTION_SECONDS  # production trains to the real target
+    assert best["measured"]["confirmed"] is True
+    assert best["measured"]["tta_source"] == "measured"
+    assert best["measured"]["tta_seconds_median"] > BUDGET_SECONDS

@@ -1,0 +1,64 @@
+"""Bad `predict:` input (and the long-job confirm fields) in a search-space file: `autospeed validate` exits 2
+with one line naming the key; the shipped long.yaml validates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autospeed.cli import main
+
+SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
+
+
+def space_with(**sections) -> dict:
+    """smoke.yaml with schedules predict accepts, and `sections` on top."""
+    data = yaml.safe_load((SPACES / "smoke.yaml").read_text())
+    data["space"] = {"lr": {"loguniform": [0.01, 0.5]}, "schedule": {"choice": ["constant", "wsd"]}}
+    data.update(sections)
+    return data
+
+
+CASES = [
+    ("enabled-not-a-bool", space_with(predict={"enabled": "yes_please"}), ["predict.enabled", "boolean"]),
+    ("ratio-below-1", space_with(predict={"max_interval_ratio": 0.5}), ["predict.max_interval_ratio"]),
+    ("unknown-key", space_with(predict={"enabeld": True}), ["predict.enabeld", "did you mean 'enabled'"]),
+    ("min-evaluations-too-low", space_with(predict={"min_evaluations": 2}), ["predict.min_evaluations"]),
+    ("decaying-schedule-searched",
+     {**space_with(predict={"enabled": True}),
+      "space": {"schedule": {"choice": ["constant", "cosine"]}}},
+     ["space.schedule.choice", "cosine", "constant or wsd"]),
+    ("decaying-schedule-fixed", space_with(predict={"enabled": True}, fixed={"epochs": 30, "schedule": "onecycle"}),
+     ["fixed.schedule", "constant or wsd"]),
+    ("baseline-tta-without-note", space_with(confirm={"baseline_tta_seconds": 100}), ["baseline_tta_note"]),
+]
+
+
+@pytest.mark.parametrize("data,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_predict_input_is_exit_2_with_one_line_naming_the_key(tmp_path, capsys, data, words):
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    code = main(["validate", "--space", str(space)])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out + err, err
+    assert str(space) in lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_the_same_space_without_the_mistakes_validates(tmp_path, capsys):
+    """The base the cases above break: predict on, constant or wsd searched, a baseline TTA with its note."""
+    space = tmp_path / "space.yaml"
+    data = space_with(predict={"enabled": True, "max_interval_ratio": 3.0, "early_stop": True},
+                      confirm={"top_k": 2, "repeats": 0, "baseline_tta_seconds": 100,
+                               "baseline_tta_note": "production run, 2 cores"})
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["validate", "--space", str(space)]) == 0, capsys.readouterr().err
+
+
+def test_the_shipped_long_space_validates(capsys):
+    assert main(["validate", "--space", str(SPACES / "long.yaml")]) == 0, capsys.readouterr().err
