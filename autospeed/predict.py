@@ -1,21 +1,26 @@
 """Predicted time to target: where a trial's evaluation curve would meet the target, with an 80% interval
 (DESIGN.md "Long jobs: predicted time to target"). numpy only.
 
-The curve is the target metric against train seconds, turned into a quantity that falls as the run
-improves (the loss as it is, an accuracy negated). It is fitted by an ensemble of saturating learning-curve
-models, each `y = c + a * phi(x)` with `a > 0` and one shape parameter on a grid (Domhan et al. 2015's
-families, fitted the fast way: for a fixed shape the model is linear in `c` and `a`):
+The curve is the target metric against train seconds, turned into a quantity y that falls as the run improves
+(a loss as it is, an accuracy negated). Two ways to extrapolate it; each is fitted to the curve's first 2/3 and
+the one that forecasts its last third better predicts (model selection by forecast, per curve):
 
-    power        phi = x ** -theta              (pow3)
-    bounded      the power law down to the metric's bound (a loss to 0, an accuracy to 1): c is the bound
-    exponential  phi = exp(-x / tau)            (exp3)
-    hyperbolic   phi = 1 / (1 + x / tau)        (MMF with delta 1, Janoschek's early shape)
-    log          phi = -log(x)                  (log-linear: never saturates; the optimistic member)
+  * the ensemble of saturating learning-curve families, each `y = c + a * phi(x)` with `a > 0` and one shape
+    parameter on a grid (Domhan et al. 2015's families, fitted the fast way: for a fixed shape the model is
+    linear in c and a), every (family, shape) weighted by its profile likelihood (tempered: successive
+    evaluations are correlated), Laplace draws of c and a:
+        power        phi = x ** -theta              (pow3)
+        exponential  phi = exp(-x / tau)            (exp3)
+        hyperbolic   phi = 1 / (1 + x / tau)        (MMF with delta 1)
+        log          phi = -log(x)                  (log-linear: never saturates)
+  * where the metric has a bound (a loss >= 0, an accuracy <= 1: `_floor`), a power law of the distance to it
+    over the curve's later half (`log(y - bound)` linear in `log x`), with the regression's normal draws. On
+    mnist1d's accuracy curves the saturating families fitted to the first fast rise "level off" below targets
+    the runs go on to meet; the distance to the bound keeps falling as a power of the seconds.
 
-Every (family, shape) is one hypothesis, weighted by its profile likelihood (SSE ** -n/2: the Bayesian model
-average with a flat prior, Laplace's approximation for `c` and `a`). Draws from that posterior give crossing
-times; their 10th, 50th and 90th percentiles are the prediction. Draws whose asymptote never meets the target
-cross at infinity.
+Draws give crossing times; their 10th, 50th and 90th percentiles are the prediction. Draws whose asymptote
+never meets the target cross at infinity; draws needing an impossible asymptote (an accuracy above 1) are dropped.
+How well this ranks and covers on real curves: experiments/results/long_job.md.
 
 No number comes out of a curve that cannot carry one; `Prediction.note` says why:
   * too few evaluations (`min_points`);
@@ -37,6 +42,9 @@ import numpy as np
 
 LEVEL = 0.8  # of the interval
 DRAWS = 2000
+FORECAST_SPLIT = 2 / 3  # the share of a curve each method is fitted to before it forecasts the rest
+TAIL_FROM = 0.5  # the power law to the bound is fitted to the evaluations after this share of the seconds
+TAIL_N_EFF = 5  # the later half's evaluations that count as independent in the power law's uncertainty
 N_EFF = 10  # evaluations that count as independent in the weights (successive ones are correlated)
 _THETAS = np.geomspace(0.05, 4.0, 120)  # power-law exponents
 _NEVER = 1e300  # a crossing time standing for never
@@ -93,7 +101,7 @@ def none(note: str) -> Prediction:
 
 
 def _phi(family: str, shape: float, x: np.ndarray) -> np.ndarray:
-    if family in ("power", "bounded"):
+    if family in ("power", "tail"):
         return x ** -shape
     if family == "exponential":
         return np.exp(-x / shape)
@@ -109,7 +117,7 @@ def _crossing(family: str, shape: float, r: np.ndarray) -> np.ndarray:
             return np.exp(-r)
         out = np.full(r.shape, np.inf)
         pos = r > 0
-        if family in ("power", "bounded"):
+        if family in ("power", "tail"):
             out[pos] = r[pos] ** (-1.0 / shape)
         elif family == "exponential":
             out[pos] = -shape * np.log(r[pos])
@@ -149,50 +157,24 @@ def predict_tta(train_seconds: Sequence[float], values: Sequence[float], target:
     if np.mean(y[:third]) - np.mean(y[-third:]) < 2 * noise:
         return none("flat: no improvement beyond the noise")
 
-    hyps = _hypotheses(float(x[-1]))
-    phis = np.stack([_phi(family, shape, x) for family, shape in hyps])  # (hypotheses, n)
-    c_all, a_all, spread = _fit_all(phis, y)
-    sse_all = ((y[None, :] - c_all[:, None] - a_all[:, None] * phis) ** 2).sum(axis=1)
     floor = _floor(y, mode)  # the best value the metric can take, in y: asymptotes beyond it are impossible
-    keep = np.isfinite(a_all) & np.isfinite(c_all) & (a_all > 0) & (spread > 0) & np.isfinite(sse_all)
-    if floor is not None:
-        keep &= c_all >= floor
-    if not keep.any():
-        return none("flat: no improving model fits")
-    fits = [(hyps[i][0], hyps[i][1], np.array([c_all[i], a_all[i]]), max(float(sse_all[i]), 1e-300),
-             np.column_stack([np.ones(n), phis[i]])) for i in np.flatnonzero(keep)]
-    if floor is not None:  # a power law down to the metric's bound (a loss to 0, an error rate to 0): never levels off
-        for theta in _THETAS:
-            phi = x ** -theta
-            a = float(phi @ (y - floor) / (phi @ phi))
-            if a > 0:
-                resid = y - floor - a * phi
-                fits.append(("bounded", theta, np.array([floor, a]), max(float(resid @ resid), 1e-300), phi[:, None]))
-    sse = np.array([f[3] for f in fits])
-    family_count = {f: sum(1 for g in fits if g[0] == f) for f in {g[0] for g in fits}}
-    # each family weighs alike; successive evaluations are correlated, so they count as at most N_EFF
-    log_w = -0.5 * min(n, N_EFF) * np.log(sse) - np.log([family_count[f[0]] for f in fits])
-    w = np.exp(log_w - log_w.max())
-    w /= w.sum()
-
     rng = np.random.default_rng(seed)
-    picks = rng.choice(len(fits), size=DRAWS, p=w)
-    crossings = np.empty(DRAWS)
-    for i in np.unique(picks):
-        family, shape, beta, s, X = fits[i]
-        m = int(np.sum(picks == i))
-        if family == "bounded":  # c is the bound itself: only a varies
-            draws = np.column_stack([np.full(m, beta[0]), rng.normal(beta[1], math.sqrt(s / max(n - 1, 1) / float(X[:, 0] @ X[:, 0])), m)])
-        else:
-            cov = s / max(n - 2, 1) * np.linalg.pinv(X.T @ X)
-            draws = rng.multivariate_normal(beta, cov, size=m, method="svd")
-        c, a = draws[:, 0], draws[:, 1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(a > 0, (y_target - c) / a, -np.inf)
-        crossing = _crossing(family, shape, r)
-        if floor is not None:
-            crossing[c < floor] = np.nan  # an impossible asymptote: the draw is dropped
-        crossings[picks == i] = crossing
+    # two ways to extrapolate, chosen per curve by how well each, fitted to the curve's first 2/3, forecasts
+    # its last third: the ensemble of saturating families, and (where the metric has a bound) a power law of
+    # the distance to the bound over the curve's later half
+    methods = [_ensemble] + ([_tail_power] if floor is not None else [])
+    head = x <= FORECAST_SPLIT * x[-1]
+    if len(methods) > 1 and head.sum() >= min_points and (~head).sum() >= 2:
+        errors = []
+        for method in methods:
+            fitted = method(x[head], y[head], y_target, floor, None)
+            errors.append(np.inf if fitted is None else float(np.mean((fitted(x[~head]) - y[~head]) ** 2)))
+        methods = [methods[int(np.argmin(errors))]]
+    drawn = methods[0](x, y, y_target, floor, rng)
+    if drawn is None:
+        return none("flat: no improving model fits")
+    crossings, fit = drawn
+    fit = (*fit, sign, offset_seconds)
     crossings = crossings[~np.isnan(crossings)]
     if len(crossings) < DRAWS // 4:
         return none("too uncertain: most fits need an impossible value of the metric")
@@ -201,8 +183,6 @@ def predict_tta(train_seconds: Sequence[float], values: Sequence[float], target:
     # quantiles over finite stand-ins (numpy's interpolation between two infinities is NaN), then back to inf
     low, mid, high = (math.inf if q >= _NEVER else float(q) for q in
                       np.quantile(np.where(never_meet, _NEVER, crossings), [(1 - LEVEL) / 2, 0.5, (1 + LEVEL) / 2]))
-    best = fits[int(np.argmax(w))]
-    fit = (best[0], best[1], float(best[2][0]), float(best[2][1]), sign, offset_seconds)
     never = float(np.mean(never_meet))
     if not np.isfinite(mid):
         return Prediction(None, None, None, f"levels off before the target in {never:.0%} of the fits", fit)
@@ -218,7 +198,75 @@ def predict_tta(train_seconds: Sequence[float], values: Sequence[float], target:
     if horizon_seconds is not None and mid > horizon_seconds:
         return Prediction(None, None, None, f"past the schedule: it ends the run at ~{_g(horizon_seconds)} s, "
                                             f"before the predicted ~{_g(mid)} s", fit)
-    return Prediction(mid, low, high, f"extrapolated from {n} evaluations", fit)
+    how = "a power law to the metric's bound" if fit[0] == "tail" else "the ensemble"
+    return Prediction(mid, low, high, f"extrapolated from {n} evaluations by {how}", fit)
+
+
+def _ensemble(x: np.ndarray, y: np.ndarray, y_target: float, floor: float | None, rng):
+    """The saturating families, each hypothesis weighted by its profile likelihood. Without `rng`: the best
+    hypothesis' curve (a function of x), for the forecast check; with it: (crossing draws, best fit)."""
+    n = len(x)
+    hyps = _hypotheses(float(x[-1]))
+    phis = np.stack([_phi(family, shape, x) for family, shape in hyps])  # (hypotheses, n)
+    c_all, a_all, spread = _fit_all(phis, y)
+    sse_all = ((y[None, :] - c_all[:, None] - a_all[:, None] * phis) ** 2).sum(axis=1)
+    keep = np.isfinite(a_all) & np.isfinite(c_all) & (a_all > 0) & (spread > 0) & np.isfinite(sse_all)
+    if floor is not None:
+        keep &= c_all >= floor
+    if not keep.any():
+        return None
+    fits = [(hyps[i][0], hyps[i][1], np.array([c_all[i], a_all[i]]), max(float(sse_all[i]), 1e-300),
+             np.column_stack([np.ones(n), phis[i]])) for i in np.flatnonzero(keep)]
+    sse = np.array([f[3] for f in fits])
+    family_count = {f: sum(1 for g in fits if g[0] == f) for f in {g[0] for g in fits}}
+    # each family weighs alike; successive evaluations are correlated, so they count as at most N_EFF
+    log_w = -0.5 * min(n, N_EFF) * np.log(sse) - np.log([family_count[f[0]] for f in fits])
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    best = fits[int(np.argmax(w))]
+    if rng is None:
+        return lambda xs: best[2][0] + best[2][1] * _phi(best[0], best[1], np.asarray(xs, float))
+    picks = rng.choice(len(fits), size=DRAWS, p=w)
+    crossings = np.empty(DRAWS)
+    for i in np.unique(picks):
+        family, shape, beta, s, X = fits[i]
+        m = int(np.sum(picks == i))
+        cov = s / max(n - 2, 1) * np.linalg.pinv(X.T @ X)
+        draws = rng.multivariate_normal(beta, cov, size=m, method="svd")
+        c, a = draws[:, 0], draws[:, 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(a > 0, (y_target - c) / a, -np.inf)
+        crossing = _crossing(family, shape, r)
+        if floor is not None:
+            crossing[c < floor] = np.nan  # an impossible asymptote: the draw is dropped
+        crossings[picks == i] = crossing
+    return crossings, (best[0], best[1], float(best[2][0]), float(best[2][1]))
+
+
+def _tail_power(x: np.ndarray, y: np.ndarray, y_target: float, floor: float, rng):
+    """log(y - floor) linear in log(x) over the later half of the curve: the distance to the metric's bound
+    (a loss's 0, an error rate's 0) falling as a power of the train seconds, which never levels off above the
+    target. The regression's normal posterior gives the draws. Without `rng`: the fitted curve."""
+    tail = x >= TAIL_FROM * x[-1]
+    if tail.sum() < 3:
+        return None
+    lx, ly = np.log(x[tail]), np.log(np.maximum(y[tail] - floor, 1e-12))
+    A = np.column_stack([np.ones_like(lx), lx])
+    beta, *_ = np.linalg.lstsq(A, ly, rcond=None)
+    if not np.all(np.isfinite(beta)) or beta[1] >= 0:
+        return None  # not falling towards the bound
+    fit = ("tail", float(-beta[1]), floor, float(math.exp(beta[0])))
+    if rng is None:
+        return lambda xs: floor + math.exp(beta[0]) * np.asarray(xs, float) ** beta[1]
+    resid = ly - A @ beta
+    # successive evaluations are correlated: the fit's uncertainty is that of at most TAIL_N_EFF independent points
+    inflate = max(1.0, len(lx) / TAIL_N_EFF)
+    cov = inflate * float(resid @ resid) / max(len(lx) - 2, 1) * np.linalg.pinv(A.T @ A)
+    draws = rng.multivariate_normal(beta, cov, size=DRAWS, method="svd")
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_x = (math.log(max(y_target - floor, 1e-12)) - draws[:, 0]) / draws[:, 1]
+        crossings = np.where(draws[:, 1] < 0, np.exp(np.minimum(log_x, 700.0)), np.inf)
+    return crossings, fit
 
 
 def _fit_all(phis: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

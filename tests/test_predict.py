@@ -78,7 +78,8 @@ def test_the_fitted_accuracy_curve_is_drawn_in_the_metric_s_own_units():
     t, v = accuracy_curve(seed=0)
     p = predict_tta(t, v, ACC_TARGET, "max", seed=0)
     assert p.fit is not None, p.note
-    assert np.max(np.abs(np.asarray(p.curve(t)) - v)) < 5 * ACC_NOISE  # an accuracy, not its negation
+    later = t >= t[-1] / 2  # the fit the prediction rests on may be of the later half alone (predict._tail_power)
+    assert np.max(np.abs(np.asarray(p.curve(t[later])) - v[later])) < 5 * ACC_NOISE  # an accuracy, not its negation
 
 
 def _none(p, word: str) -> None:

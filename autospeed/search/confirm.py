@@ -45,7 +45,7 @@ from autospeed.outcome import (REMEASURE_RUNS, Status, interval_note, is_infeasi
                                remeasure_interval, sequential_confidence, speedup_interval)
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
-from autospeed.track.export import exportable
+from autospeed.track.export import exportable, predicting
 from autospeed.space import SearchSpec
 from autospeed.train.process import train_in_fresh_process
 
@@ -180,12 +180,12 @@ def _trial_recipe(client, run_id: str) -> Recipe:
 def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     """The top_k non-baseline trials that reached or were predicted, in the leaderboard's order (runs.ranked:
     reached by search TTA, then by objective, a predicted TTA for a predicted trial), then the baseline (if it
-    ran and could train).
+    ran and could train). Under predict, any trial that trained, in that order (track.export.exportable).
 
     No search measurement is a sample: the trials ran in reused Ray actors, the confirmation runs in fresh
     processes, and samples taken in different conditions are never pooled."""
     rows = res.trial_rows(client, parent)
-    top = [r for r in exportable(rows) if not r.baseline][:top_k]
+    top = [r for r in exportable(rows, predicting(parent)) if not r.baseline][:top_k]
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),

@@ -17,7 +17,7 @@ from typing import Any
 
 from autospeed.track import runs
 from autospeed.track import layout as t
-from autospeed.errors import UserError
+from autospeed.errors import RunFailure, UserError
 from autospeed.outcome import Status
 from autospeed.search import _ray
 from autospeed.search.storage import SearchDir, check_writable, latest_search_dir, search_root
@@ -137,12 +137,15 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
         print(file=console)
         print(runs.format_leaderboard(outcome.rows), file=console, flush=True)
         # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
-        ranked = _has_best(outcome.rows)
+        ranked = _has_best(outcome.rows, spec.predict.enabled)
         if ranked and not outcome.interrupted and not outcome.stop_reason:
             _confirm(spec, client, outcome, console)
         _report_exploration(spec, client, parent_id, explored_seconds, console)
         if ranked:
-            outcome.best_path = _write_best(client, spec.name, search_id, search_dir, parent_id)
+            try:
+                outcome.best_path = _write_best(client, spec.name, search_id, search_dir, parent_id)
+            except RunFailure as e:  # predict, unconfirmed, nothing reached or predicted: nothing to stand on
+                print(f"no best.yaml: {e}", file=console, flush=True)
         trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
         _close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
     except BaseException as e:
@@ -222,11 +225,12 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason
 
 
-def _has_best(rows: list[runs.TrialRow]) -> bool:
-    """Some trial reached its target or has a predicted TTA: there is a best recipe to confirm and export."""
+def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
+    """Some trial reached its target or has a predicted TTA (under predict: trained at all): there is a best
+    recipe to confirm and export."""
     from autospeed.track.export import exportable
 
-    return bool(exportable(rows))
+    return bool(exportable(rows, predicting))
 
 
 def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_seconds: float, console) -> None:

@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from autospeed.outcome import is_infeasible
 from autospeed.track import runs as res
 from autospeed.track import layout as t
 from autospeed.errors import RunFailure
@@ -16,10 +17,19 @@ from autospeed.recipe import Measured, load_recipe
 from autospeed.yamlio import write_atomic
 
 
-def exportable(rows: list[res.TrialRow]) -> list[res.TrialRow]:
+def exportable(rows: list[res.TrialRow], predicting: bool = False) -> list[res.TrialRow]:
     """The trials that reached or were predicted, in the leaderboard's order (runs.ranked: reached by TTA first,
-    then by objective, which for a predicted trial is its predicted TTA)."""
+    then by objective, which for a predicted trial is its predicted TTA). `predicting` (a search with predict on,
+    whose trials are short by design): every trial that trained, in that order, for confirmation to measure; the
+    censored objective ranks the ones without a prediction."""
+    if predicting:
+        return [r for r in res.ranked(rows) if r.status not in ("running",) and not is_infeasible(r.status)]
     return [r for r in res.ranked(rows) if r.reached or r.predicted]
+
+
+def predicting(parent) -> bool:
+    """Whether the search ran with predict on (its parent's `predict.enabled` param)."""
+    return parent.data.params.get("predict.enabled") == "True"
 
 
 def production_budget_seconds(parent) -> float | None:
