@@ -187,7 +187,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick_writes=("long_job.md",)),
     Experiment(
         "example", "example.py", "the README's 30-second example: a smoke search as a user runs it",
-        runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",)),),
+        runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",)),
+              _r("--space", "search_spaces/long.yaml", "--out", f"{RESULTS}/example_long.md",
+                 writes=("example_long.md",))),
         note="no quick pass: it is one whole search (Ray's start alone is most of its time)"),
     Experiment(
         "suite_durations", "suite_durations.py", "the README's test command timed on a fresh clone, with pytest's "
