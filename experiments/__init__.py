@@ -181,6 +181,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "long jobs (long.yaml): how well a predicted TTA ranks recipes (a), and a predicting search's payback (b)",
         runs=(_r("--part", "curves", writes=("long_job_curves.json",)),
               _r("--part", "quality", writes=("long_job.md",)),
+              # the curves the predictor was tuned on (seed 0), scored the same way
+              _r("--part", "quality", "--curves", f"{RESULTS}/long_job_curves_tuning.json",
+                 "--out", f"{RESULTS}/long_job_tuning.md", writes=("long_job_tuning.md",)),
               _r("--part", "payback", writes=("long_job_payback.md",))),
         # the committed curves, predicted again: recording them trains 26 recipes to the target, (b) runs searches
         quick=("--part", "quality", "--curves", f"{RESULTS}/long_job_curves.json", "--out", "{out}/long_job.md"),

@@ -27,7 +27,8 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="autospeed-example-") as folder:
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "autospeed", "search", "--space", args.space], cwd=folder,
+        space = str(Path(args.space).resolve())  # the search runs in an empty folder of its own
+        proc = subprocess.run([sys.executable, "-m", "autospeed", "search", "--space", space], cwd=folder,
                               capture_output=True, text=True)
         wall = time.perf_counter() - started
     if proc.returncode:
