@@ -93,7 +93,7 @@ def format_predicted(seconds: float, low: float | None, high: float | None) -> s
 
 
 def _g(x: float) -> str:
-    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+    return f"{x:.2g}" if x >= 1e6 else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
 
 
 def none(note: str) -> Prediction:

@@ -54,8 +54,12 @@ def test_confirm_runs_are_child_runs_interleaved(searched):
 
 
 def _confirm_samples(searched, baseline: bool, metric: str) -> list[float]:
+    """The samples of the search's latest confirmation (another test in this worker may have confirmed the shared
+    search again, over more trials: each confirm run says how many trials it chose from)."""
+    latest = int(searched.runs(t.KIND_SEARCH)[0].data.metrics[t.M_CONFIRM_TRIALS])
     return [r.data.metrics[metric] for r in searched.runs(t.KIND_CONFIRM)
-            if r.data.tags[t.TAG_BASELINE] == str(baseline).lower()]
+            if r.data.tags[t.TAG_BASELINE] == str(baseline).lower()
+            and int(r.data.tags.get(t.TAG_CONFIRM_TRIALS, latest)) == latest]
 
 
 def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searched, tmp_path):

@@ -88,14 +88,17 @@ def test_candidates_include_predicted_trials_when_none_reached(store):
     rows = res.trial_rows(client, parent)
     assert not any(r.reached for r in rows) and _has_best(rows)  # run.py confirms and exports this search
     picked = pick_candidates(client, parent, top_k=3)
-    # by predicted TTA (the leaderboard's order), the flat curve left out, the baseline last
-    assert [c.trial_id for c in picked] == ["fast", "slow", "base"]
+    # by predicted TTA (the leaderboard's order); under predict the flat curve follows, censored at the cap below
+    # every predicted trial; the baseline last
+    assert [c.trial_id for c in picked] == ["fast", "slow", "flat", "base"]
+    assert [c.trial_id for c in pick_candidates(client, parent, top_k=2)] == ["fast", "slow", "base"]
     assert picked[0].search_predicted == (30.0, 20.0, 45.0) and picked[0].search_tta_seconds is None
     assert picked[0].recipe.lr == 0.1
     assert [c.trial_id for c in pick_candidates(client, parent, top_k=1)] == ["fast", "base"]
     flat_only = [trial for trial in NONE_REACHED if "predicted" not in trial]
     other = make_search(client, long_spec("nothing"), flat_only)
-    assert not _has_best(res.trial_rows(client, other))
+    assert not _has_best(res.trial_rows(client, other))  # without predict: nothing reached or predicted
+    assert _has_best(res.trial_rows(client, other), predicting=True)  # under predict: ranked, confirmation measures
 
 
 def test_confirmation_trains_with_the_production_budget_and_best_yaml_carries_it(store):
