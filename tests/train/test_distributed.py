@@ -41,6 +41,10 @@ def _worker(rank: int, world_size: int, rendezvous: str, recipes_json: list[str]
         for i, recipe_json in enumerate(recipes_json):
             result, params = _trained(Recipe.model_validate_json(recipe_json))
             torch.save({"result": result, "params": params}, Path(out) / f"recipe{i}-rank{rank}.pt")
+        # both ranks done before either tears the group down: a rank that destroyed it while the other's gloo
+        # threads still talked to it aborted the other at exit ("terminate called without an active exception",
+        # seen once under a loaded suite)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
