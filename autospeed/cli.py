@@ -186,8 +186,11 @@ def cmd_export(args) -> int:
 
     client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
-    tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else "-"
-    print(f"wrote {path}: trial {best.trial_id}, TTA {tta}; train it with: autospeed train --config {path}")
+    from autospeed.track.runs import tta_text
+
+    # the trial's own search TTA: measured, or predicted and marked ~ (runs.tta_text)
+    tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else tta_text(best)
+    print(f"wrote {path}: trial {best.trial_id}, search TTA {tta}; train it with: autospeed train --config {path}")
     for line in speedup_lines(load_recipe(path).measured):
         print(line)
     return EXIT_OK

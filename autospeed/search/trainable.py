@@ -130,10 +130,12 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
     reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec))
     workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
 
+    early_stop = spec.predict.enabled and spec.predict.early_stop  # the ledger is read only then
+
     def on_eval(e) -> bool:
         tune.report(reports.evaluation(e))
         # predict.early_stop: ended once its predicted TTA cannot be among the confirm.top_k best
-        return reports.curve.stop_early(folder.incumbent_high_seconds(spec.confirm.top_k))
+        return early_stop and reports.curve.stop_early(folder.incumbent_high_seconds(spec.confirm.top_k))
 
     r = train(recipe, workload, on_eval=on_eval, num_threads=threads)
     tune.report(reports.final(r))
