@@ -35,18 +35,21 @@ def cmd_train(args) -> int:
     from autospeed.train.environment import differences, environment
     from autospeed.recipe import load_recipe
     from autospeed.train.trainer import pick_device, train
+    from autospeed.script.options import is_script
     from autospeed.workloads import check_target, load_workload
 
-    recipe = load_recipe(args.config)
+    recipe = _with_script(load_recipe(args.config), args)
     client = None
     if not args.no_track:
         from autospeed.track import layout as tracking
 
         client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     target = recipe.resolved_target
+    workload = None  # a user's script: its metrics are known when it reports
     try:
-        workload = load_workload(recipe.workload, recipe.workload_options)
-        check_target(target, workload.metrics, recipe.workload, shorthand=recipe.target is None)
+        if not is_script(recipe.workload):
+            workload = load_workload(recipe.workload, recipe.workload_options)
+            check_target(target, workload.metrics, recipe.workload, shorthand=recipe.target is None)
     except UserError as e:
         raise UserError(f"{args.config}: {e}") from None
     here = environment(pick_device(recipe))
@@ -58,10 +61,11 @@ def cmd_train(args) -> int:
 
     out = sys.stderr if args.json else sys.stdout
     on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
-    print(f"training {recipe.workload} to {target.describe()} on {on}{here['device_name']} "
+    what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
+    print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
 
-    if recipe.workers > 1:
+    if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         # Ray Train starts the workers and their process group; rank 0's result comes back (no live bar:
         # the evaluations happen in the workers' processes).
         from autospeed.search.data_parallel import train_on_workers
@@ -102,6 +106,23 @@ def cmd_train(args) -> int:
     return EXIT_FAILURE if result.status.infeasible else EXIT_OK
 
 
+def _with_script(recipe, args):
+    """The recipe with `--script SCRIPT -- ARGS` as its workload; an exported script recipe names its own."""
+    from autospeed.script.options import SCRIPT, check_script_options, is_script, script_options
+
+    if args.script is None:
+        if args.script_args:
+            raise UserError(f"arguments after -- ({' '.join(args.script_args)}) are for a script; give it with "
+                            f"--script train.py")
+        if is_script(recipe.workload):
+            check_script_options(recipe.workload_options, f"{args.config}: workload_options")
+        return recipe
+    options = {**(recipe.workload_options if is_script(recipe.workload) else {}),
+               **script_options(args.script, args.script_args or recipe.workload_options.get("args", []))}
+    check_script_options(options, "--script")
+    return recipe.model_copy(update={"workload": SCRIPT, "workload_options": options})
+
+
 # ---------------------------------------------------------------- search
 def cmd_search(args) -> int:
     from pathlib import Path
@@ -109,9 +130,9 @@ def cmd_search(args) -> int:
     from autospeed.track import layout as tracking
     from autospeed.search import run_search
     from autospeed.search.confirm import format_interval
-    from autospeed.space import load_spec
+    from autospeed.space import load_spec, with_script
 
-    spec = load_spec(args.space)
+    spec = with_script(load_spec(args.space), args.script, args.script_args)
     if args.trials is not None and args.trials < 1:
         raise UserError(f"--trials: must be >= 1, got {args.trials}")
     if args.name:
@@ -173,10 +194,10 @@ def _resume_command(args) -> str:
     from autospeed.track.layout import redact
 
     words = ["autospeed", "search", "--space", args.space]
-    for flag in ("name", "tracking_uri", "storage_path", "ray_address"):
+    for flag in ("script", "name", "tracking_uri", "storage_path", "ray_address"):
         if getattr(args, flag):
             words += [f"--{flag.replace('_', '-')}", redact(str(getattr(args, flag)))]
-    return shlex.join(words + ["--resume"])
+    return shlex.join(words + ["--resume"] + (["--", *args.script_args] if args.script_args else []))
 
 
 def cmd_export(args) -> int:
@@ -246,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train one recipe (no Ray needed for workers: 1; Ray Train for more)")
     t.add_argument("--config", required=True, help="recipe YAML (e.g. best.yaml from `autospeed export`)")
+    t.add_argument("--script", help="your training script (autospeed.init inside); its arguments follow --")
     t.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     # default: autospeed.track.layout.DEFAULT_TRAIN_EXPERIMENT, not imported here: no tracking import without tracking
     t.add_argument("--experiment", help="MLflow experiment for the run (default: autospeed-train)")
@@ -256,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     uri_help = "MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"
     s = sub.add_parser("search", help="search for the recipe that reaches the target fastest")
     s.add_argument("--space", required=True, help="search-space YAML (e.g. search_spaces/fast.yaml)")
+    s.add_argument("--script", help="search your own training script (autospeed.init inside); its arguments "
+                                    "follow --: autospeed search --script train.py --space s.yaml -- --data d/")
     s.add_argument("--trials", type=int, help="number of trials (default: budget.trials)")
     s.add_argument("--name", help="search name = MLflow experiment (default: the file's name)")
     s.add_argument("--tracking-uri", help=uri_help)
@@ -299,7 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        args = build_parser().parse_args(argv)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        script_args = argv[argv.index("--") + 1:] if "--" in argv else []  # a user script's own arguments
+        args = build_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+        args.script_args = script_args
+        if not hasattr(args, "script"):
+            args.script = None
         return args.func(args)
     except UserError as e:
         if debug:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from autospeed.errors import UserError
 from autospeed.recipe import KNOB_FIELDS, Recipe, Target, target_from
 from autospeed.validation import key_path, offered_metrics_note, raise_user_error
+from autospeed.script.options import check_script_options, is_script
 from autospeed.workloads import check_options, check_target, offered_metrics
 from autospeed.yamlio import load_yaml
 
@@ -348,6 +349,9 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "
                         f"'{asked_by}' asks for {most} workers; set gpus_per_trial: 1 (a trial then holds one "
                         f"GPU per worker) or 0 (CPU workers)")
+    if is_script(spec.workload):  # a user's script: its metrics are known when it reports (DESIGN.md "User scripts")
+        check_script_options(spec.workload_options, f"{source}: workload_options")
+        return spec
     try:
         check_options(spec.workload, spec.workload_options)
         metrics = offered_metrics(spec.workload)  # a plugin's are checked once it is built (search preflight)
@@ -360,3 +364,16 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
 
 def load_spec(path: str | os.PathLike) -> SearchSpec:
     return spec_from_dict(load_yaml(path), str(path))
+
+
+def with_script(spec: SearchSpec, script: str | None, args: list[str]) -> SearchSpec:
+    """The spec with `--script SCRIPT -- ARGS` as its workload (DESIGN.md "User scripts"); unchanged without."""
+    if script is None:
+        if args:
+            raise UserError(f"arguments after -- ({' '.join(args)}) are for a script; give it with --script train.py")
+        return spec
+    from autospeed.script.options import SCRIPT, script_options
+
+    options = {**(spec.workload_options if is_script(spec.workload) else {}), **script_options(script, args)}
+    check_script_options(options, "--script")
+    return spec.model_copy(update={"workload": SCRIPT, "workload_options": options})

@@ -47,6 +47,7 @@ from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
 from autospeed.track.export import exportable, predicting
 from autospeed.space import SearchSpec
+from autospeed.script.options import is_script
 from autospeed.train.process import train_in_fresh_process
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
@@ -208,7 +209,7 @@ def train_like_production(recipe: Recipe, spec: SearchSpec):
     from autospeed.search.data_parallel import train_on_workers
 
     threads = _threads(spec)
-    if recipe.workers > 1:
+    if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers
         return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
     return train_in_fresh_process(recipe, threads)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autospeed.script.options import is_script
 from autospeed.track import runs
 from autospeed.track import layout as t
 from autospeed.errors import RunFailure, UserError
@@ -77,12 +78,17 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     total = state["trials"] if state else (trials or spec.budget.trials)
     from autospeed.workloads import check_target, load_workload
 
-    try:  # the dataset is prepared once per search, before any trial (cached on disk)
-        workload = load_workload(spec.workload, spec.workload_options)
-        # a plugin's metrics are known once it is built: the target must name one of them
-        check_target(spec.resolved_target, workload.metrics, spec.workload, shorthand=spec.target is None)
-    except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
-        raise UserError(f"{space_path}: {e}") from None
+    if is_script(spec.workload):  # the script runs to its first step: it starts, and reads every searched knob
+        from autospeed.script.preflight import check_script_reads
+
+        check_script_reads(spec, space_path, console)
+    else:
+        try:  # the dataset is prepared once per search, before any trial (cached on disk)
+            workload = load_workload(spec.workload, spec.workload_options)
+            # a plugin's metrics are known once it is built: the target must name one of them
+            check_target(spec.resolved_target, workload.metrics, spec.workload, shorthand=spec.target is None)
+        except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
+            raise UserError(f"{space_path}: {e}") from None
     _ray.quiet_ray()
     _ray.start_ray(ray_address, verbose)
     most_workers, asked_by = spec.most_workers()
@@ -186,6 +192,10 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     if PROBED_SPACE in state:
         return spec.model_copy(update={"space": {k: Param.model_validate(v) for k, v in state[PROBED_SPACE].items()}})
     if not wants_probe(spec):
+        return spec
+    if is_script(spec.workload):  # the probe times steps of a built-in workload's loop, which a script owns
+        print("probe: skipped for a script (it owns its training step); its systems knobs are left to the trials",
+              file=console, flush=True)
         return spec
     decision = run_probes(spec, client, parent_id, search_id, resources, threads, console)
     search_dir.write_state({**state, PROBED_SPACE: decision.spec.model_dump(mode="json")["space"]})

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autospeed.script.options import is_script
 from autospeed.search.curve import TrialCurve, cap_seconds
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
@@ -87,7 +88,7 @@ class TrialReports:
             "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
             "wall_to_target_seconds": r.wall_to_target_seconds, "wall_clock_origin": r.wall_clock_origin,
             "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
-            "error": r.error or "", "applied": json.dumps(r.applied), "node": self.where,
+            "error": r.error or "", "stderr_tail": r.stderr_tail or "", "applied": json.dumps(r.applied), "node": self.where,
             "environment": json.dumps({**r.environment, "node": self.where}),
             # micro_batch_size auto: the recipe.yaml that confirmation and export read pins the micro-batch that fit
             "recipe_yaml": pin_micro_batch(self.recipe, r.applied).to_yaml(), "recipe_key": self.key,
@@ -122,7 +123,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": key, "node": where,
                      "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
         return
-    if recipe.workers > 1:
+    if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         _drive_workers(recipe, key, threads, gpus, folder, tune.get_context().get_trial_id(),
                        spec.predict.model_dump(), cap_seconds(spec))
         return
@@ -176,6 +177,9 @@ def trial_resources(config: dict[str, Any], spec_json: str, cpus: float, gpus: i
 
     from autospeed.search.data_parallel import DRIVER_CPUS
 
-    if recipe_of(SearchSpec.model_validate_json(spec_json), config).workers == 1:
+    recipe = recipe_of(SearchSpec.model_validate_json(spec_json), config)
+    if is_script(recipe.workload):  # the script's workers are its own processes, inside the trial's share
+        return PlacementGroupFactory([{"CPU": cpus, "GPU": gpus * recipe.workers}])
+    if recipe.workers == 1:
         return PlacementGroupFactory([{"CPU": cpus, "GPU": gpus}])
     return PlacementGroupFactory([{"CPU": DRIVER_CPUS}])

@@ -39,14 +39,16 @@ def dataset_length(dataset, which: str) -> int:
                          f"(samples per pass) so epochs and the LR schedule have a length") from None
 
 
-def _loader(recipe: Recipe, dataset, batch_size: int, shuffle: bool, drop_last: bool, generator, pin: bool,
-            sampler=None):
+def make_loader(recipe: Recipe, dataset, batch_size: int, shuffle: bool, drop_last: bool, generator, pin: bool,
+                sampler=None, **extra):
+    """torch's DataLoader with the recipe's loader knobs (workers, prefetch, persistence); `extra`: the
+    caller's own DataLoader arguments (collate_fn, ...)."""
     workers = recipe.num_workers
     shuffle = shuffle and not isinstance(dataset, IterableDataset) and sampler is None  # a sampler shuffles itself
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, sampler=sampler,
                       generator=generator if shuffle else None, num_workers=workers,
                       pin_memory=pin, prefetch_factor=recipe.prefetch_factor if workers > 0 else None,
-                      persistent_workers=recipe.persistent_workers and workers > 0)
+                      persistent_workers=recipe.persistent_workers and workers > 0, **extra)
 
 
 class Batches:
@@ -85,7 +87,7 @@ class Batches:
                 dataset = TensorDataset(workload.train_x, workload.train_y)
             self.sampler = None if world_size == 1 else DistributedSampler(
                 dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=recipe.seed, drop_last=True)
-            self.loader = _loader(recipe, dataset, recipe.batch_size, shuffle=True, drop_last=True,
+            self.loader = make_loader(recipe, dataset, recipe.batch_size, shuffle=True, drop_last=True,
                                   generator=self.generator, pin=self.non_blocking, sampler=self.sampler)
         self.epochs_started = 0
 
@@ -121,7 +123,7 @@ class ValBatches:
         self.batch_size = workload.eval_batch_size
         self.non_blocking = recipe.pin_memory and device.type == "cuda"
         if workload.val_dataset is not None:
-            self.loader = _loader(recipe, workload.val_dataset, self.batch_size, shuffle=False, drop_last=False,
+            self.loader = make_loader(recipe, workload.val_dataset, self.batch_size, shuffle=False, drop_last=False,
                                   generator=None, pin=self.non_blocking)
             self.x = self.y = None
         else:

@@ -79,16 +79,22 @@ def compile_mode(recipe: Recipe, device: torch.device) -> str:
 
 def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: dict[str, Any],
                   replicas: Replicas | None = None):
-    """Build the model with the knobs applied; return (model for training, model for eval).
-    With replicas the training model is under DDP (compiled around it, as torch recommends)."""
-    model = workload.build_model()
+    """Build the workload's model with the knobs applied; return (model for training, model for eval)."""
+    return prepare_module(workload.build_model(), recipe, device, applied, replicas, images=workload.images)
+
+
+def prepare_module(model: nn.Module, recipe, device: torch.device, applied: dict[str, Any],
+                   replicas: Replicas | None = None, images: bool = True):
+    """`model` with the knobs applied (activation checkpointing, channels_last, device, DDP, torch.compile);
+    return (model for training, model for eval: the same parameters, eager and unwrapped). With replicas the
+    training model is under DDP (compiled around it, as torch recommends)."""
     blocks = getattr(model, "checkpoint_blocks", None)
     applied["activation_checkpointing"] = bool(recipe.activation_checkpointing and blocks is not None)
     if applied["activation_checkpointing"]:
         for name, block in list(blocks.named_children()):
             setattr(blocks, name, _Checkpointed(block))
     # channels_last acts on 4-D image inputs into a model with 4-D (Conv2d) weights, on CUDA
-    channels_last = (recipe.channels_last and workload.images and device.type == "cuda"
+    channels_last = (recipe.channels_last and images and device.type == "cuda"
                      and any(p.dim() == 4 for p in model.parameters()))
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     applied["channels_last"] = channels_last
@@ -191,7 +197,7 @@ class AttentionKnob:
 
 # The knobs whose value may not act, each with the value that asks for nothing (None: every value asks for
 # something). A knob at that value is never listed: `attention: auto` on an MLP asked for no backend.
-_CHECKED_KNOBS = {"optimizer": None, "momentum": None, "precision": None, "compile": "none", "attention": "auto",
+CHECKED_KNOBS = {"optimizer": None, "momentum": None, "precision": None, "compile": "none", "attention": "auto",
                   "channels_last": False, "activation_checkpointing": False, "cudnn_benchmark": False,
                   "data_loader": "device", "num_workers": 0, "pin_memory": False, "prefetch_factor": 2,
                   "persistent_workers": False, "warmup_fraction": 0.0, "label_smoothing": 0.0}
@@ -201,7 +207,7 @@ def not_applied(recipe: Recipe, applied: dict[str, Any]) -> dict[str, dict[str, 
     """Each knob the recipe set that did not act as set: {knob: {"asked": its value, "ran": what acted}}
     ("ran" may be `not_applicable`). `applied` holds what acted (recorded as the run was set up)."""
     out = {}
-    for knob, asks_nothing in _CHECKED_KNOBS.items():
+    for knob, asks_nothing in CHECKED_KNOBS.items():
         asked = getattr(recipe, knob)
         ran = applied.get(knob, asked)  # a run that failed before setting a knob up recorded nothing of it
         if ran != asked and (asks_nothing is None or asked != asks_nothing):

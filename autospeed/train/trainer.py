@@ -23,7 +23,6 @@ shard, rank 0 evaluates, and every worker sees the same evaluations and stops at
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from typing import Any, Callable
@@ -39,37 +38,12 @@ from autospeed.train.environment import PeakMemory, environment
 from autospeed.train.evaluate import EvaluationOutOfMemory, better, evaluate_once, is_oom
 from autospeed.train.optimizers import build_optimizers, build_schedule
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
-from autospeed.train.setup import (NOT_APPLICABLE, AttentionKnob, autocast_dtype, compile_mode, cross_entropy_loss,
-                                   not_applied, pick_device, prepare_model, set_backend_knobs)
+from autospeed.train.setup import (NOT_APPLICABLE, compile_mode, cross_entropy_loss, not_applied, pick_device,
+                                   prepare_model, set_backend_knobs)
+from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
 from autospeed.workloads import Workload, load_workload
 
 __all__ = ["EvalEvent", "TrainResult", "compile_mode", "pick_device", "train"]
-
-
-class _Clock:
-    """Train clock: runs only while training; syncs CUDA before every reading."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.total = 0.0
-        self.started: float | None = None
-
-    def _now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-    def start(self) -> None:
-        self.started = self._now()
-
-    def stop(self) -> float:
-        self.total += self._now() - self.started
-        self.started = None
-        return self.total
-
-    def peek(self) -> float:
-        """Approximate running total without a sync (for the budget check each step)."""
-        return self.total + (time.perf_counter() - self.started if self.started is not None else 0.0)
 
 
 def train(
@@ -93,13 +67,19 @@ def train(
     `wall_to_target_seconds` counts from this process's start on its first run, else from this call
     (autospeed.train.result says which when; `wall_clock_origin` names it).
     """
+    from autospeed.script.options import is_script
+
+    if is_script(recipe.workload):  # a user's own training loop, run as a script (autospeed.script)
+        from autospeed.script.launch import train_script
+
+        return train_script(recipe, on_eval, num_threads)
     wall_start = time.perf_counter()
     before_entry_seconds, origin = wall_clock_origin()
     if num_threads:
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
     device = pick_device(recipe)
-    clock = _Clock(device)  # one clock over every attempt: time lost to an out-of-memory attempt is charged
+    clock = Clock(device)  # one clock over every attempt: time lost to an out-of-memory attempt is charged
     for micro in micro_batch_sizes(recipe):
         retry_seconds = clock.total
         trained = as_trained(recipe, micro)
@@ -114,7 +94,7 @@ def train(
     return result
 
 
-def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _Clock,
+def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Clock,
              on_eval, wall_start: float) -> tuple[TrainResult, bool]:
     """One training run of `recipe` as trained (micro-batch and LR resolved, batch.as_trained), and
     whether it ran out of memory in a training step (where a smaller micro-batch may fit)."""
@@ -166,8 +146,8 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
 
     train_seconds = clock.total
     applied.setdefault("data_loader", recipe.data_loader)
-    applied["autocast"] = {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none")
-    applied["grad_scaler"] = recipe.precision == "fp16"
+    applied.setdefault("autocast", {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none"))
+    applied.setdefault("grad_scaler", recipe.precision == "fp16")
     applied["not_applied"] = not_applied(recipe, applied)  # the knobs set that did not act as set
     return TrainResult(
         status=state["status"], tta_seconds=state["tta"], target=target.model_dump(), best_value=state["best"],
@@ -188,38 +168,26 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: _C
 def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_batches,
                 clock, state, history, on_eval, wall_start, applied, peak, replicas=None) -> None:
     target = recipe.resolved_target
-    dtype = autocast_dtype(recipe.precision)
     optimizers = build_optimizers(recipe, train_model, applied)
     total_steps = max(1, math.ceil(recipe.epochs * batches.steps_per_epoch))
     eval_every = max(1, round(recipe.eval_every_epochs * batches.steps_per_epoch))
     schedulers = [build_schedule(recipe, o, total_steps, applied) for o in optimizers]
-    scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
     loss_of = workload.loss or cross_entropy_loss(recipe.label_smoothing)
-    attention = AttentionKnob(recipe, device, dtype, applied)
+    # the knobs of one step, as a user's own loop gets them (autospeed.train.step)
+    forward, attention = forward_context(recipe, device, applied)
+    autocast = autocast_only(recipe, device)
+    stepper = Stepper(recipe, device, applied, recipe.accumulation_steps)
     augment = workload.augment
     k = recipe.accumulation_steps
-    # The hot loop pays only for the knobs in use: no autocast context in fp32/tf32
-    # and no loss division without accumulation (experiments/trainer_overhead.py).
-    if dtype is None:
-        autocast = contextlib.nullcontext
-    else:
-        def autocast():
-            return torch.autocast(device.type, dtype=dtype)
-    pinned_attention = attention.pinned
     # Under DDP, micro-batches before the last of a step skip the gradient all-reduce (DDP's no_sync);
     # the last one averages the accumulated gradients over the workers.
     no_sync = train_model.no_sync if replicas is not None and k > 1 else None
     train_model.train()
 
     def forward_backward(batch) -> torch.Tensor:
-        with autocast():
-            if pinned_attention:
-                with attention():
-                    loss = loss_of(train_model, batch)
-            else:
-                loss = loss_of(train_model, batch)
-        # Mean over micro-batches: k steps of B give the same update as one of B*k.
-        scaler.scale(loss / k if k > 1 else loss).backward()
+        with forward():
+            loss = loss_of(train_model, batch)
+        stepper.backward(loss)
         return loss
 
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
@@ -239,12 +207,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
             micro += 1
             if micro % k:
                 continue
-            for optimizer in optimizers:
-                scaler.step(optimizer)
-            scaler.update()
-            for optimizer, scheduler in zip(optimizers, schedulers):
-                optimizer.zero_grad(set_to_none=True)
-                scheduler.step()
+            stepper.step(optimizers, schedulers)
             state["step"] += 1
             state["samples"] += batches.effective
             steps_since_eval += 1

@@ -79,10 +79,12 @@ def check_options(spec: str, options: dict[str, Any]) -> None:
 _LAST: dict[str, Workload] = {}  # this process's last workload, by name and options (load_workload_once)
 
 
-def load_workload_once(spec: str, options: dict[str, Any] | None = None) -> Workload:
+def load_workload_once(spec: str, options: dict[str, Any] | None = None) -> Workload | None:
     """`load_workload`, kept for this process's next call with the same name and options: a process that
     trains one workload again and again (a Ray trial actor, a probe worker, confirmation's process) loads
     it once. Only the last one is kept."""
+    if spec == "script":  # a user's own script is no Workload: it runs as a process (autospeed.script.launch)
+        return None
     key = json.dumps([spec, options or {}], sort_keys=True)
     if key not in _LAST:
         _LAST.clear()

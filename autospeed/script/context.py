@@ -1,0 +1,575 @@
+"""The knob context a user's own training loop calls: `ctx = autospeed.init(defaults={...})`.
+
+Run by autospeed (a trial, a confirmation run, `autospeed train --script`), the context holds the
+run's recipe and reports to the runner (autospeed.script.channel); run on its own, it holds the
+script's `defaults` and the script trains as plain PyTorch. Every helper applies the knobs exactly as
+the built-in trainer does, through the same code (autospeed.train.setup, .step, .data, .optimizers):
+
+    loader = ctx.dataloader(train_ds)              # batch_size (the micro-batch), loader workers, pin, prefetch
+    model = ctx.prepare_model(model)               # device, channels_last, DDP, torch.compile; ctx.module: eager
+    opt = ctx.optimizer(torch.optim.AdamW, model.parameters(), lr=ctx.lr(3e-4))   # optimizer_impl, lr_scaling
+    sched = ctx.scheduler(opt)                     # schedule, warmup_fraction, decay_fraction
+    for batch in ctx.steps(loader):                # epochs; starts the train clock; accumulation boundaries
+        with ctx.autocast():                       # precision, attention
+            loss = my_loss(model, batch)
+        ctx.backward(loss)                         # fp16 scaler, mean over micro-batches, DDP no_sync
+        if ctx.boundary:
+            ctx.step(opt, sched)
+        if ctx.should_eval():                      # eval_every_epochs, and at the budget's or schedule's end
+            with ctx.paused():                     # off the train clock
+                acc = evaluate(ctx.module)
+            if ctx.report(val_accuracy=acc).stop:  # target met, out of budget, or the search stopped it
+                break
+
+Timing is the trainer's (DESIGN.md "What is timed"): the train clock runs from a batch of `ctx.steps`
+until `ctx.paused()` or `ctx.report()`, and starts again at the next batch; compile and warm-up are
+in the first step. Every knob read through `ctx.config` or a helper is recorded: a searched knob the
+script never reads stops the search before it spends its budget (autospeed.script.launch).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import inspect
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from typing import Any, Iterable, Iterator, NamedTuple
+
+import torch
+
+from autospeed.outcome import Status, objective
+from autospeed.recipe import KNOB_FIELDS, Recipe
+from autospeed.script import channel
+from autospeed.script.options import SCRIPT
+from autospeed.train.batch import as_trained, effective_batch, lr_factor
+from autospeed.train.data import dataset_length, make_loader, to_device
+from autospeed.train.distributed import Replicas
+from autospeed.train.environment import PeakMemory, environment
+from autospeed.train.evaluate import better, is_oom
+from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
+from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
+from autospeed.train.setup import CHECKED_KNOBS, not_applied, pick_device, prepare_module, set_backend_knobs
+from autospeed.train.step import Clock, Stepper, forward_context
+
+NOT_READ = "not_read"  # an `applied` value: the script never read this knob, so it cannot have acted
+# The helper that reads each knob (for the line that names what to call); others are read through ctx.config.
+HELPER_OF = {
+    **dict.fromkeys(("batch_size", "micro_batch_size", "num_workers", "pin_memory", "prefetch_factor",
+                     "persistent_workers"), "ctx.dataloader()"),
+    **dict.fromkeys(("precision", "attention"), "ctx.autocast()"),
+    **dict.fromkeys(("compile", "channels_last", "activation_checkpointing"), "ctx.prepare_model()"),
+    "optimizer_impl": "ctx.optimizer() or ctx.optimizers()",
+    **dict.fromkeys(("optimizer", "momentum", "weight_decay"), "ctx.optimizers()"),
+    **dict.fromkeys(("lr", "lr_scaling"), "ctx.lr()"),
+    **dict.fromkeys(("schedule", "warmup_fraction", "decay_fraction"), "ctx.scheduler()"),
+    **dict.fromkeys(("accumulation_steps", "epochs", "eval_every_epochs"), "ctx.steps()"),
+}
+
+
+class Report(NamedTuple):
+    """What `ctx.report()` says: stop (and why: reached, budget, schedule, stopped, diverged) or go on."""
+
+    stop: bool
+    reason: str = ""
+
+
+class _Recorded:
+    """A read-only view of the recipe that notes every knob read through it."""
+
+    def __init__(self, recipe: Recipe, read: set[str]):
+        object.__setattr__(self, "_recipe", recipe)
+        object.__setattr__(self, "_read", read)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in KNOB_FIELDS:
+            self._read.add(name)
+        return getattr(self._recipe, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ctx.config is read-only: the recipe is the search's; change your own variables")
+
+    def __repr__(self) -> str:
+        return f"config({self._recipe.model_dump(exclude_none=True, exclude={'measured'})})"
+
+
+def _metric_mode(name: str) -> str:
+    """The direction of a reported metric other than the target's: lower is better for losses and errors."""
+    lowered = name.lower()
+    return "min" if any(w in lowered for w in ("loss", "error", "perplexity", "ppl", "mse", "mae")) else "max"
+
+
+class Context:
+    """One run of a user's loop (module docstring). Build it with `autospeed.init`."""
+
+    def __init__(self, recipe: Recipe, micro_batch: int | None = None, side: channel.ScriptSide | None = None,
+                 clock_offset: float = 0.0, preflight: bool = False):
+        self.wall_start = time.perf_counter()
+        self._before_entry, self._origin = wall_clock_origin()
+        self.recipe = recipe  # as the run was asked for (micro_batch_size and lr_scaling not resolved)
+        micro = micro_batch_size(recipe) if micro_batch is None else micro_batch
+        self._trained = as_trained(recipe, micro)
+        self.read: set[str] = set()
+        self.config = _Recorded(self._trained, self.read)  # the knobs: read them here for what no helper does
+        self.side, self.preflight = side, preflight
+        threads = os.environ.get("AUTOSPEED_THREADS")
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.replicas = _join_process_group(recipe.workers)
+        self.device = _device(recipe, self.replicas)
+        torch.manual_seed(recipe.seed)
+        self.applied: dict[str, Any] = {
+            "device": self.device.type, "workers": self.replicas.world_size if self.replicas else 1,
+            "micro_batch_size": micro, "effective_batch": effective_batch(recipe), "data_loader": "dataloader"}
+        set_backend_knobs(self._trained, self.device, self.applied)
+        self.clock = Clock(self.device, clock_offset)
+        self._clock_at_start = clock_offset
+        self.peak = PeakMemory(self.device)
+        self.module: torch.nn.Module | None = None  # the eager, unwrapped model (for EMA/SWA and evaluation)
+        self.boundary = False  # True after the micro-batch that completes an optimizer step's batch
+        self.step_count = self.samples = self.evaluations = 0
+        self.steps_per_epoch: int | None = None
+        self._train_loader = self._train_model = self._forward = self._stepper = None
+        self._micro = self._epochs_started = 0
+        self._eval_checked_at = -1
+        self._since_eval = {"steps": 0, "samples": 0, "clock": clock_offset}
+        self.best_metrics: dict[str, float] = {}
+        self.history: list[dict[str, float]] = []
+        self.status, self.tta, self.error = Status.NOT_REACHED, None, None
+        self.first_step_seconds = self.compile_seconds = 0.0
+        self._wall_at_target: float | None = None
+        self._eval_failed = False
+        self.finished = False
+        self.result: TrainResult | None = None
+        if side is not None:
+            _die_with_parent()
+            _watch_for_crash(self)
+
+    # ---- identity ----
+    @property
+    def rank(self) -> int:
+        return self.replicas.rank if self.replicas else 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that evaluates and logs (always true without data parallelism)."""
+        return self.rank == 0
+
+    # ---- building the run ----
+    def dataloader(self, dataset, shuffle: bool = True, drop_last: bool | None = None, batch_size: int | None = None,
+                   **kwargs) -> torch.utils.data.DataLoader:
+        """torch's DataLoader with the recipe's batch_size (the micro-batch) and loader knobs (num_workers,
+        pin_memory, prefetch_factor, persistent_workers), sharded over data-parallel workers. The first
+        shuffled loader is the training loader: its length sets the epochs and the LR schedule. A loader for
+        evaluation: `shuffle=False` (keeps the last partial batch) and its own `batch_size`."""
+        config = self.config
+        drop_last = shuffle if drop_last is None else drop_last
+        size = config.batch_size if batch_size is None else batch_size
+        pin = config.pin_memory and self.device.type == "cuda"
+        sampler = None
+        if self.replicas is not None and shuffle:
+            from torch.utils.data import DistributedSampler
+
+            sampler = DistributedSampler(dataset, num_replicas=self.replicas.world_size, rank=self.rank,
+                                         shuffle=True, seed=self.recipe.seed, drop_last=True)
+        loader = make_loader(config, dataset, size, shuffle=shuffle, drop_last=drop_last,
+                             generator=torch.Generator().manual_seed(self.recipe.seed), pin=pin, sampler=sampler,
+                             **kwargs)
+        workers = config.num_workers
+        self.read.add("prefetch_factor")  # read, and not applicable without loader workers
+        self.applied.update({"num_workers": workers, "pin_memory": pin,
+                             "prefetch_factor": config.prefetch_factor if workers else NOT_APPLICABLE,
+                             "persistent_workers": config.persistent_workers and workers > 0})
+        if shuffle and self._train_loader is None:
+            dataset_length(dataset, "training dataset")
+            self._train_loader = loader
+            self.steps_per_epoch = max(1, len(loader) // self.config.accumulation_steps)
+        return loader
+
+    def prepare_model(self, model: torch.nn.Module, autocast: bool = True) -> torch.nn.Module:
+        """Train with what this returns: `model` with the knobs applied (activation checkpointing on
+        `model.checkpoint_blocks`, channels_last, DDP over data-parallel workers, torch.compile) and, unless
+        `autocast=False`, its forward run in `ctx.autocast()` with floating outputs returned in fp32 (as
+        Accelerate's prepare does). `model` itself is moved in place and stays the eager module (also
+        `ctx.module`): evaluate, average (EMA/SWA) and save it."""
+        train_model, self.module = prepare_module(model, self.config, self.device, self.applied, self.replicas)
+        self._train_model = train_model
+        if autocast:
+            _forward_in(train_model, self.autocast)
+        return train_model
+
+    def lr(self, base: float | None = None) -> float:
+        """The peak LR: the recipe's `lr` (None), or your `base` LR; either scaled to the effective batch by
+        the recipe's `lr_scaling`."""
+        self.read.add("lr_scaling")
+        if base is None:
+            return self.config.lr  # as trained: already scaled (batch.as_trained)
+        return base * lr_factor(self.recipe)
+
+    def optimizer(self, cls: type, params: Iterable, **kwargs) -> torch.optim.Optimizer:
+        """`cls(params, **kwargs)` in the recipe's `optimizer_impl` (torch's foreach or fused kernels)."""
+        impl = self.config.optimizer_impl
+        accepted = inspect.signature(cls).parameters
+        extra = {}
+        if impl != "default":
+            if impl in accepted:
+                extra = {impl: True}
+            else:
+                impl = NOT_APPLICABLE  # this optimizer has no such implementation switch
+        self.applied["optimizer_impl"] = impl
+        self.applied.setdefault("optimizer", cls.__name__.lower())
+        return cls(params, **kwargs, **extra)
+
+    def optimizers(self, model: torch.nn.Module | None = None) -> list[torch.optim.Optimizer]:
+        """The recipe's own optimizer(s) for `model` (default: ctx.module): `optimizer` (sgd, adamw, or muon,
+        which is two), `lr`, `momentum`, `weight_decay`, `optimizer_impl`, as the built-in trainer builds them."""
+        self.read.add("lr_scaling")
+        return build_optimizers(self.config, model if model is not None else self.module, self.applied)
+
+    def scheduler(self, optimizer, total_steps: int | None = None):
+        """torch's scheduler for the recipe's `schedule` (with warmup_fraction, decay_fraction), stepped by
+        `ctx.step` once per optimizer step over `total_steps` (default: the recipe's epochs of the training
+        loader). A list of optimizers gives a list of schedulers."""
+        if total_steps is None:
+            total_steps = self._total_steps()
+        if isinstance(optimizer, (list, tuple)):
+            return [build_schedule(self.config, o, total_steps, self.applied) for o in optimizer]
+        return build_schedule(self.config, optimizer, total_steps, self.applied)
+
+    def _total_steps(self) -> int:
+        if self.steps_per_epoch is None:
+            raise RuntimeError("autospeed: the number of steps is not known yet; build the training loader with "
+                               "ctx.dataloader(train_dataset) first, or pass total_steps=")
+        return max(1, math.ceil(self.config.epochs * self.steps_per_epoch))
+
+    # ---- the loop ----
+    def steps(self, loader: Iterable | None = None) -> Iterator[Any]:
+        """The training micro-batches of the recipe's `epochs` (the whole run), on the device (channels_last
+        where it acts). Sets `ctx.boundary` on the micro-batch that completes a step of `accumulation_steps`;
+        the train clock runs while a batch is out and stops when the loop leaves this iterator."""
+        return self._batches(loader, epochs=None)
+
+    def epoch(self, loader: Iterable | None = None) -> Iterator[Any]:
+        """One pass over the training loader (for a loop that keeps its own `for epoch in ...`): as `steps`,
+        ending at the epoch's end, or earlier where the recipe's epochs run out."""
+        return self._batches(loader, epochs=1)
+
+    def _batches(self, loader, epochs: int | None) -> Iterator[Any]:
+        loader = self._train_loader if loader is None else loader
+        k = self.config.accumulation_steps
+        per_epoch = max(1, len(loader) // k)
+        if self.steps_per_epoch is None or loader is not self._train_loader:
+            self.steps_per_epoch = per_epoch
+        total = self._total_steps()
+        self._eval_every = max(1, round(self.config.eval_every_epochs * self.steps_per_epoch))
+        ddp = self._ddp()
+        non_blocking = bool(self.applied.get("pin_memory"))
+        sampler = getattr(loader, "sampler", None)
+        try:
+            for _ in itertools.count() if epochs is None else range(epochs):
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(self._epochs_started)
+                self._epochs_started += 1
+                for batch in itertools.islice(loader, per_epoch * k):
+                    batch = self._layout(to_device(batch, self.device, non_blocking))
+                    self._micro += 1
+                    self.boundary = self._micro % k == 0
+                    if ddp is not None:
+                        ddp.require_backward_grad_sync = self.boundary  # what DDP's no_sync() sets
+                    if not self.clock.running:
+                        self.clock.start()
+                    yield batch
+                    if self.finished or self.step_count >= total:
+                        return
+        finally:  # the loop left: whatever follows (an epoch's evaluation) is off the train clock
+            if self.clock.running:
+                self.clock.stop()
+
+    def autocast(self):
+        """The training forward pass's context: autocast in the recipe's precision, the attention backend pinned."""
+        if self._forward is None:
+            self._forward, self._attention = forward_context(self.config, self.device, self.applied)
+        return self._forward()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """loss.backward() through the fp16 gradient scaler, as the mean over the step's micro-batches."""
+        self._stepper_for().backward(loss)
+
+    def step(self, optimizers, schedulers=None) -> bool:
+        """One optimizer step at the end of a step's micro-batches (`ctx.boundary`; before it, nothing and
+        False): the optimizer(s) through the fp16 scaler, gradients freed (no zero_grad of your own: it would
+        drop the accumulated micro-batches), the scheduler(s) stepped. True when it stepped."""
+        if not self.boundary:
+            return False
+        as_list = (lambda x: [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x])
+        self._stepper_for().step(as_list(optimizers), as_list(schedulers))
+        self.step_count += 1
+        self.samples += effective_batch(self._trained)
+        self._since_eval["steps"] += 1
+        self._since_eval["samples"] += effective_batch(self._trained)
+        if self.step_count == 1:  # first step = compile (if any) + warm-up; synced so it is exact
+            self.clock.stop()
+            self.first_step_seconds = self.clock.total - self._clock_at_start
+            self.compile_seconds = self.first_step_seconds if self.applied.get("compile", "none") != "none" else 0.0
+            self.clock.start()
+            if self.preflight and self.side is not None:
+                self.side.ask("preflight", knobs_read=sorted(self.read))
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        return True
+
+    def should_eval(self) -> bool:
+        """True once per step that is due an evaluation: every `eval_every_epochs`, and at the step where the
+        budget or the schedule runs out (so the run's last standing is reported)."""
+        if not self.boundary or self._eval_checked_at == self.step_count or self.step_count == 0:
+            return False
+        self._eval_checked_at = self.step_count
+        due = (self.step_count % self._eval_every == 0 or self.step_count >= self._total_steps()
+               or self.clock.peek() >= self.recipe.max_train_seconds)
+        return self.replicas.any(due) if self.replicas is not None else due
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Off the train clock (evaluation, logging, checkpoints): it starts again at the next batch."""
+        if self.clock.running:
+            self.clock.stop()
+        try:
+            yield
+        except BaseException as e:
+            self._eval_failed = is_oom(e)  # out of memory here: a smaller training micro-batch would not help
+            raise
+
+    def report(self, train_loss: float | None = None, **metrics: float) -> Report:
+        """One evaluation's metrics (the target's among them). Stops when the target is met, the budget or the
+        schedule is spent, or the search says stop; the run's result is then recorded."""
+        if self.clock.running:
+            self.clock.stop()
+        train_seconds = self.clock.total
+        if self.replicas is not None:
+            metrics = self.replicas.from_leader(metrics)
+        target = self.recipe.resolved_target
+        if target.metric not in metrics:
+            raise ValueError(f"autospeed: ctx.report() got {sorted(metrics)}, not the target metric "
+                             f"'{target.metric}'; report it (the target is {target.describe()})")
+        values = {k: float(v) for k, v in metrics.items()}
+        for name, v in values.items():
+            mode = target.mode if name == target.metric else _metric_mode(name)
+            self.best_metrics[name] = better(mode, self.best_metrics.get(name), v)
+        self.evaluations += 1
+        best = self.best_metrics[target.metric]
+        reached = target.met(best)
+        interval = train_seconds - self._since_eval["clock"]
+        loss = math.nan if train_loss is None else float(train_loss)
+        event = EvalEvent(
+            step=self.step_count, epoch=self.step_count / (self.steps_per_epoch or 1), samples=self.samples,
+            train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start, metrics=values,
+            value=values[target.metric], best_value=best, train_loss=loss,
+            samples_per_second=self._since_eval["samples"] / interval if interval > 0 else 0.0, reached=reached,
+            compile_seconds=self.compile_seconds, peak_memory_mb=self.peak.mb(),
+            objective=objective(Status.RUNNING, train_seconds if reached else None, best, target.value,
+                                self.recipe.max_train_seconds, target.mode),
+            best_metrics=dict(self.best_metrics))
+        self.history.append(event.flat())
+        self._since_eval = {"steps": 0, "samples": 0, "clock": train_seconds}
+        if reached and self.tta is None:
+            self.tta, self._wall_at_target, self.status = train_seconds, event.wall_seconds, Status.REACHED
+        stop = False
+        if self.side is not None and self.is_main:
+            stop = bool(self.side.ask("eval", event=asdict(event)).get("stop"))
+        if self.replicas is not None:
+            stop = self.replicas.any(stop)
+        reason = ("reached" if reached else "diverged" if train_loss is not None and not math.isfinite(loss)
+                  else "budget" if train_seconds >= self.recipe.max_train_seconds
+                  else "schedule" if self.steps_per_epoch and self.step_count >= self._total_steps()
+                  else "stopped" if stop else "")
+        if not reason:
+            return Report(False)
+        if reason == "diverged":
+            self.status, self.error = Status.DIVERGED, f"train loss became {loss} by step {self.step_count}"
+        elif reason == "stopped":
+            self.status = Status.STOPPED_EARLY
+        self.finish()
+        return Report(True, reason)
+
+    # ---- the end ----
+    def finish(self, status: Status | None = None, error: str | None = None) -> TrainResult:
+        """The run's result (sent to autospeed when it runs the script); called by `report` when it says stop,
+        and at exit otherwise. Idempotent."""
+        if self.finished:
+            return self.result
+        self.finished = True
+        if self.clock.running:
+            self.clock.stop()
+        if status is not None:
+            self.status, self.error = status, error
+        self.result = self._result()
+        if self.side is not None and self.is_main:
+            self.side.send("result", result=_jsonable(self.result))
+        return self.result
+
+    def _result(self) -> TrainResult:
+        target = self.recipe.resolved_target
+        applied = dict(self.applied)
+        applied["knobs_read"] = sorted(self.read)
+        for knob in CHECKED_KNOBS:  # a knob the script never read did not act, whatever its value
+            if knob not in self.read and knob not in applied:
+                applied[knob] = NOT_READ
+        applied["accumulation_steps"] = self._trained.accumulation_steps
+        applied["lr"] = self._trained.lr
+        applied["not_applied"] = not_applied(self._trained, applied)
+        best = self.best_metrics.get(target.metric)
+        train_seconds = self.clock.total
+        wall_to_target = None if self._wall_at_target is None else self._wall_at_target + self._before_entry
+        return TrainResult(
+            status=self.status, tta_seconds=self.tta, target=target.model_dump(), best_value=best,
+            best_metrics=dict(self.best_metrics),
+            objective=objective(self.status, self.tta, best, target.value, self.recipe.max_train_seconds, target.mode),
+            train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start,
+            compile_seconds=self.compile_seconds, first_step_seconds=self.first_step_seconds,
+            peak_memory_mb=self.peak.mb(),
+            samples_per_second=self.samples / (train_seconds - self._clock_at_start)
+            if train_seconds > self._clock_at_start else 0.0,
+            steps=self.step_count, epochs_done=self.step_count / (self.steps_per_epoch or 1),
+            evaluations=self.evaluations, applied=applied,
+            environment={**environment(self.device), "workers": applied["workers"]}, error=self.error,
+            history=self.history, wall_to_target_seconds=wall_to_target, wall_clock_origin=self._origin)
+
+    # ---- internals ----
+    def _stepper_for(self) -> Stepper:
+        if self._stepper is None:
+            # the scaler follows the precision the forward runs in; accumulation is read as a knob
+            self._stepper = Stepper(self._trained, self.device, self.applied, self.config.accumulation_steps)
+        return self._stepper
+
+    def _ddp(self):
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = getattr(self._train_model, "_orig_mod", self._train_model)  # under torch.compile
+        return model if isinstance(model, DistributedDataParallel) else None
+
+    def _layout(self, batch):
+        if not self.applied.get("channels_last") or not isinstance(batch, (list, tuple)) or not batch:
+            return batch
+        x, *rest = batch
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
+
+
+def _forward_in(module: torch.nn.Module, context) -> None:
+    """Run `module`'s forward inside `context()`; floating outputs come back in fp32."""
+    import functools
+
+    original = module.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        with context():
+            out = original(*args, **kwargs)
+        return _to_fp32(out)
+
+    module.forward = forward
+
+
+def _to_fp32(out):
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
+    if isinstance(out, (list, tuple)):
+        return type(out)(_to_fp32(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _to_fp32(v) for k, v in out.items()}
+    return out
+
+
+def micro_batch_size(recipe: Recipe) -> int:
+    """The first micro-batch a run tries (batch.micro_batch_sizes' first)."""
+    from autospeed.train.batch import micro_batch_sizes
+
+    return micro_batch_sizes(recipe)[0]
+
+
+def _jsonable(result: TrainResult) -> dict[str, Any]:
+    out = asdict(result)
+    out["status"] = result.status.value
+    return json.loads(json.dumps(out, default=str))
+
+
+def _device(recipe: Recipe, replicas: Replicas | None) -> torch.device:
+    device = pick_device(recipe)
+    if device.type == "cuda" and replicas is not None:
+        local = int(os.environ.get("LOCAL_RANK", replicas.rank))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return device
+
+
+def _join_process_group(workers: int) -> Replicas | None:
+    """torchrun-style: the runner starts `workers` copies with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT."""
+    if workers == 1:
+        return None
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            raise RuntimeError(f"the recipe asks for workers: {workers}; run the script through autospeed "
+                               f"(`autospeed train --script ...`) or torchrun, which start the workers, or set workers: 1")
+        backend = "nccl" if torch.cuda.is_available() and os.environ.get("AUTOSPEED_DEVICE") != "cpu" else "gloo"
+        dist.init_process_group(backend=backend)
+    return Replicas.joined(workers)
+
+
+def _die_with_parent() -> None:
+    """Linux: this process is killed when the runner dies (a trial ASHA stopped, a killed search)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        parent = os.environ.get("AUTOSPEED_PARENT_PID")
+        if parent and os.getppid() != int(parent):  # the runner died before the line above
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_for_crash(ctx: Context) -> None:
+    """An exception that ends the script ends the run as failed (oom for out of memory) with its message;
+    a script that returns without a stopping report ends it with the status so far (not reached)."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not ctx.finished:
+            oom = is_oom(value)
+            line = str(value).strip().splitlines()[0] if str(value).strip() else ""
+            ctx.applied["oom_in_evaluation"] = oom and ctx._eval_failed
+            ctx.finish(Status.OOM if oom else Status.FAILED, f"{kind.__name__}: {line}")
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+    atexit.register(lambda: ctx.finish())
+
+
+def init(defaults: dict[str, Any] | None = None) -> Context:
+    """The knob context of this run: the recipe autospeed runs the script with, or `defaults` (recipe keys:
+    batch_size, precision, compile, lr, target, max_train_seconds, ...) when the script runs on its own."""
+    side = channel.ScriptSide.from_env()
+    if channel.RECIPE in os.environ:
+        recipe = Recipe.model_validate_json(os.environ[channel.RECIPE])
+        micro = int(os.environ.get(channel.MICRO_BATCH) or micro_batch_size(recipe))
+        return Context(recipe, micro, side, float(os.environ.get(channel.CLOCK_OFFSET, 0.0)),
+                       preflight=bool(os.environ.get(channel.PREFLIGHT)))
+    from autospeed.errors import UserError
+    from autospeed.recipe import recipe_from_dict
+
+    data = {"workload": SCRIPT, **(defaults or {})}
+    try:
+        recipe = recipe_from_dict(data, "autospeed.init(defaults=...)")
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+    return Context(recipe)

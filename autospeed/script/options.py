@@ -1,0 +1,46 @@
+"""`workload: script`: a user's own training script as the workload (DESIGN.md "User scripts").
+
+Its `workload_options`: `script` (the path of the Python file), `args` (its command-line arguments)
+and `timeout_grace_seconds` (how long past its budget a silent script may run before it is killed;
+default 60). `autospeed search --script train.py -- ARGS` writes them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from autospeed.errors import UserError
+
+SCRIPT = "script"
+DEFAULT_GRACE_SECONDS = 60.0
+_KEYS = ("script", "args", "timeout_grace_seconds")
+
+
+def is_script(workload: str) -> bool:
+    return workload == SCRIPT
+
+
+def script_options(script: str, args: list[str]) -> dict[str, Any]:
+    """The workload_options of `--script SCRIPT -- ARGS`: the script's absolute path (trials run elsewhere)."""
+    return {"script": os.path.abspath(script), "args": list(args)}
+
+
+def check_script_options(options: dict[str, Any], source: str = "workload_options") -> None:
+    """One clear line for a missing script, unknown keys or arguments that are not a list of strings."""
+    for key in options:
+        if key not in _KEYS:
+            raise UserError(f"{source}.{key}: unknown option for workload 'script'; allowed: {', '.join(_KEYS)}")
+    script = options.get("script")
+    if not isinstance(script, str) or not script:
+        raise UserError(f"{source}.script: workload 'script' needs the path of the training script; pass "
+                        f"--script train.py (or set workload_options.script)")
+    if not os.path.isfile(script):
+        raise UserError(f"{source}.script: no such file: {script}; give the path of your training script")
+    args = options.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise UserError(f"{source}.args: must be a list of strings (the script's command line), got {args!r}")
+    grace = options.get("timeout_grace_seconds", DEFAULT_GRACE_SECONDS)
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace <= 0:
+        raise UserError(f"{source}.timeout_grace_seconds: must be a number > 0 (seconds past the budget a silent "
+                        f"script may run before it is killed), got {grace!r}")

@@ -1,0 +1,101 @@
+"""One training step's knobs, implemented once for the built-in trainer and for a user's own loop
+(autospeed.script.context): the train clock, the forward pass's context (autocast in the recipe's
+precision, the attention backend pinned), the backward pass (fp16 gradient scaling, the mean over
+accumulated micro-batches) and the optimizer step (scaler, zero_grad, the LR schedules). torch only.
+
+The hot path pays only for the knobs in use: no autocast context in fp32/tf32 and no loss division
+without accumulation (experiments/trainer_overhead.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable
+
+import torch
+
+from autospeed.train.setup import AttentionKnob, autocast_dtype
+
+
+class Clock:
+    """Train clock: runs only while training; syncs CUDA before every reading. `total` may start above
+    zero (train seconds an earlier out-of-memory attempt already spent)."""
+
+    def __init__(self, device: torch.device, total: float = 0.0):
+        self.cuda = device.type == "cuda"
+        self.total = total
+        self.started: float | None = None
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None
+
+    def start(self) -> None:
+        self.started = self._now()
+
+    def stop(self) -> float:
+        self.total += self._now() - self.started
+        self.started = None
+        return self.total
+
+    def peek(self) -> float:
+        """Approximate running total without a sync (for the budget check each step)."""
+        return self.total + (time.perf_counter() - self.started if self.started is not None else 0.0)
+
+
+def forward_context(recipe, device: torch.device, applied: dict[str, Any]) -> tuple[Callable, AttentionKnob]:
+    """The training forward pass's context factory: autocast in the recipe's precision (nothing in fp32/tf32)
+    with the recipe's attention backend pinned (nothing for `auto`); and the attention knob, whose
+    `evaluation()` context the evaluation uses."""
+    dtype = autocast_dtype(recipe.precision)
+    attention = AttentionKnob(recipe, device, dtype, applied)
+    applied["autocast"] = {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none")
+    if dtype is None and not attention.pinned:
+        return contextlib.nullcontext, attention
+    if not attention.pinned:
+        return (lambda: torch.autocast(device.type, dtype=dtype)), attention
+
+    @contextlib.contextmanager
+    def both():
+        with (torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()), \
+                attention():
+            yield
+
+    return both, attention
+
+
+def autocast_only(recipe, device: torch.device) -> Callable:
+    """Autocast in the recipe's precision alone (the evaluation's; nothing in fp32/tf32)."""
+    dtype = autocast_dtype(recipe.precision)
+    if dtype is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+class Stepper:
+    """The backward pass and the optimizer step of a recipe trained in micro-batches of `accumulation`."""
+
+    def __init__(self, recipe, device: torch.device, applied: dict[str, Any], accumulation: int):
+        self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
+        applied["grad_scaler"] = recipe.precision == "fp16"
+        self.k = accumulation
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Mean over micro-batches: k passes of B give the same update as one of B*k."""
+        self.scaler.scale(loss / self.k if self.k > 1 else loss).backward()
+
+    def step(self, optimizers, schedulers=()) -> None:
+        """Every optimizer steps (through the scaler), gradients are freed, then every schedule steps."""
+        for optimizer in optimizers:
+            self.scaler.step(optimizer)
+        self.scaler.update()
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        for scheduler in schedulers:
+            scheduler.step()

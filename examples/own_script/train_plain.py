@@ -1,0 +1,47 @@
+"""Train a small ResNet on CIFAR-shaped data, as its author wrote it: SGD, cosine LR, label smoothing,
+an EMA of the weights for evaluation, early stopping at a target accuracy. Plain PyTorch."""
+
+import argparse
+import time
+
+import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.utils.data import DataLoader
+
+from cifar_like import ResNet, evaluate, make_datasets
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=float, default=10)
+p.add_argument("--batch-size", type=int, default=64)
+p.add_argument("--lr", type=float, default=0.05)
+p.add_argument("--width", type=int, default=16)
+p.add_argument("--samples", type=int, default=10000)
+p.add_argument("--target", type=float, default=0.9)
+args = p.parse_args()
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+train_ds, val_ds = make_datasets(args.samples, args.samples // 5)
+val_loader = DataLoader(val_ds, batch_size=500)
+
+loader = DataLoader(train_ds, batch_size=args.batch_size, shuffle=True, drop_last=True, num_workers=2)
+model = ResNet(args.width).to(device)
+ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))
+opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(args.epochs * len(loader)))
+criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+start, done = time.perf_counter(), False
+for epoch in range(int(args.epochs)):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = criterion(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        ema.update_parameters(model)
+    acc = evaluate(ema, val_loader, device)
+    print(f"epoch {epoch + 1}: val_accuracy {acc:.4f}, {time.perf_counter() - start:.1f} s")
+    if acc >= args.target:
+        break
