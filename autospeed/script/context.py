@@ -199,9 +199,7 @@ class Context:
         `ctx.module`): evaluate, average (EMA/SWA) and save it."""
         train_model, self.module = prepare_module(model, self.config, self.device, self.applied, self.replicas)
         self._train_model = train_model
-        if autocast:
-            _forward_in(train_model, self.autocast)
-        return train_model
+        return _InForwardContext(train_model, self.autocast) if autocast else train_model
 
     def lr(self, base: float | None = None) -> float:
         """The peak LR: the recipe's `lr` (None), or your `base` LR; either scaled to the effective batch by
@@ -462,19 +460,25 @@ class Context:
         return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
 
 
-def _forward_in(module: torch.nn.Module, context) -> None:
-    """Run `module`'s forward inside `context()`; floating outputs come back in fp32."""
-    import functools
+class _InForwardContext(torch.nn.Module):
+    """The training model with its forward run in the run's forward context (autocast, attention); floating
+    outputs come back in fp32. A wrapper, not a patch: `model` itself (and an EMA/SWA copy of it) stays as is."""
 
-    original = module.forward
+    def __init__(self, inner: torch.nn.Module, context):
+        super().__init__()
+        self.inner = inner
+        self._context = context
 
-    @functools.wraps(original)
-    def forward(*args, **kwargs):
-        with context():
-            out = original(*args, **kwargs)
+    def forward(self, *args, **kwargs):
+        with self._context():
+            out = self.inner(*args, **kwargs)
         return _to_fp32(out)
 
-    module.forward = forward
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # the model's own attributes and methods
+            return getattr(self.inner, name)
 
 
 def _to_fp32(out):

@@ -8,7 +8,7 @@ from torch.nn import functional as F
 from torch.utils.data import TensorDataset
 
 
-def make_datasets(train_samples: int = 10000, val_samples: int = 2000, seed: int = 0, noise: float = 1.0):
+def make_datasets(train_samples: int = 10000, val_samples: int = 2000, seed: int = 0, noise: float = 6):
     """Each class is a smooth random 3x32x32 pattern; a sample is its class's pattern, shifted by up to 4
     pixels, plus noise. Learnable, deterministic for a seed, the shape and size of CIFAR-10."""
     g = torch.Generator().manual_seed(seed)

@@ -12,11 +12,11 @@ from torch.utils.data import DataLoader
 from cifar_like import ResNet, evaluate, make_datasets
 
 p = argparse.ArgumentParser()
-p.add_argument("--epochs", type=float, default=10)
+p.add_argument("--epochs", type=float, default=6)
 p.add_argument("--batch-size", type=int, default=64)
 p.add_argument("--lr", type=float, default=0.05)
-p.add_argument("--width", type=int, default=16)
-p.add_argument("--samples", type=int, default=10000)
+p.add_argument("--width", type=int, default=8)
+p.add_argument("--samples", type=int, default=5000)
 p.add_argument("--target", type=float, default=0.9)
 args = p.parse_args()
 

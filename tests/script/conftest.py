@@ -1,0 +1,106 @@
+"""A tiny user script for the own-script tests: a linear classifier on a few hundred generated samples,
+written as a user would, with autospeed's context. Its command line sets what it does wrong or records:
+
+  --observe FILE     append one JSON line per optimizer step with what the script saw inside its loop:
+                     the autocast dtype in the forward, the compiled module, the optimizer's fused flag, the
+                     micro-batches since the previous step, the micro-batch size, the process id
+  --oom-above N      raise torch.OutOfMemoryError in a training forward of more than N samples
+  --crash-at-step N  raise RuntimeError("boom at step N") at that step
+  --hang-at-step N   block forever at that step (a hang)
+  --gate DIR         before each optimizer step, wait until DIR/go exists (the test decides when it trains)
+  --own-optimizer    build torch.optim.SGD itself, never calling ctx.optimizer (optimizer_impl unread)
+  --eval-seconds S   spend S seconds in each evaluation, inside ctx.paused()
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TINY_SCRIPT = textwrap.dedent('''
+    import argparse, json, os, sys, time
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+    import autospeed
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--observe")
+    p.add_argument("--oom-above", type=int)
+    p.add_argument("--crash-at-step", type=int)
+    p.add_argument("--hang-at-step", type=int)
+    p.add_argument("--gate")
+    p.add_argument("--own-optimizer", action="store_true")
+    p.add_argument("--eval-seconds", type=float, default=0.0)
+    p.add_argument("--samples", type=int, default=512)
+    args = p.parse_args()
+
+    ctx = autospeed.init(defaults={"batch_size": 32, "lr": 0.5, "epochs": 20, "eval_every_epochs": 1,
+                                   "target_accuracy": 0.9, "max_train_seconds": 30})
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(16, 4, generator=g)
+    def draw(n):
+        x = torch.randn(n, 16, generator=g)
+        return TensorDataset(x, (x @ w).argmax(1))
+    train_ds, val_ds = draw(args.samples), draw(256)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 4)
+            self.seen_dtype = None
+        def forward(self, x):
+            if self.training and torch.is_grad_enabled() and args.oom_above and x.shape[0] > args.oom_above:
+                raise torch.OutOfMemoryError(f"simulated: {x.shape[0]} samples")
+            self.seen_dtype = str(torch.get_autocast_dtype(x.device.type)) if torch.is_autocast_enabled(x.device.type) else "none"
+            return self.fc(x)
+
+    model = Net()
+    net = ctx.prepare_model(model)
+    loader = ctx.dataloader(train_ds)
+    if args.own_optimizer:
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    else:
+        opt = ctx.optimizer(torch.optim.SGD, model.parameters(), lr=ctx.lr())
+    sched = ctx.scheduler(opt)
+    micro_since_step, steps = 0, 0
+    for x, y in ctx.steps(loader):
+        if args.gate:
+            while not os.path.exists(os.path.join(args.gate, "go")):
+                time.sleep(0.01)
+        loss = nn.functional.cross_entropy(net(x), y)
+        ctx.backward(loss)
+        micro_since_step += 1
+        if ctx.step(opt, sched):
+            steps += 1
+            if args.observe:
+                with open(args.observe, "a") as f:
+                    f.write(json.dumps({"autocast": model.seen_dtype, "compiled": type(getattr(net, "inner", net)).__name__,
+                                        "fused": opt.defaults.get("fused"), "foreach": opt.defaults.get("foreach"),
+                                        "micro_batches": micro_since_step, "micro_batch_size": len(x),
+                                        "pid": os.getpid()}) + "\\n")
+            micro_since_step = 0
+            if args.crash_at_step == steps:
+                raise RuntimeError(f"boom at step {steps}")
+            if args.hang_at_step == steps:
+                while True:
+                    time.sleep(1)
+        if ctx.should_eval():
+            with ctx.paused():
+                time.sleep(args.eval_seconds)
+                vx, vy = val_ds.tensors
+                with torch.no_grad():
+                    acc = (model(vx.to(ctx.device)).argmax(1) == vy.to(ctx.device)).float().mean().item()
+            if ctx.report(val_accuracy=acc, val_loss=loss.item()).stop:
+                break
+''')
+
+
+@pytest.fixture
+def tiny_script(tmp_path) -> Path:
+    """The path of the tiny script (module docstring), written into the test's folder."""
+    path = tmp_path / "tiny_train.py"
+    path.write_text(TINY_SCRIPT)
+    return path
