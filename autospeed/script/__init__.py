@@ -1,2 +1,3 @@
-"""A user's own training script as a workload: the knob context it calls (context.py, `autospeed.init`),
-the protocol it talks (channel.py) and the runner that starts it (launch.py)."""
+"""A user's own training loop, searchable: the knob context it calls (context.py, `autospeed.init`) and the
+search's preflight that checks the script reads every searched knob (preflight.py). The process that runs a
+script as a training run is autospeed.train.script_run."""

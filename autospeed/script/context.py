@@ -1,7 +1,7 @@
 """The knob context a user's own training loop calls: `ctx = autospeed.init(defaults={...})`.
 
 Run by autospeed (a trial, a confirmation run, `autospeed train --script`), the context holds the
-run's recipe and reports to the runner (autospeed.script.channel); run on its own, it holds the
+run's recipe and reports to the runner (autospeed.train.script_channel); run on its own, it holds the
 script's `defaults` and the script trains as plain PyTorch. Every helper applies the knobs exactly as
 the built-in trainer does, through the same code (autospeed.train.setup, .step, .data, .optimizers):
 
@@ -24,7 +24,7 @@ the built-in trainer does, through the same code (autospeed.train.setup, .step, 
 Timing is the trainer's (DESIGN.md "What is timed"): the train clock runs from a batch of `ctx.steps`
 until `ctx.paused()` or `ctx.report()`, and starts again at the next batch; compile and warm-up are
 in the first step. Every knob read through `ctx.config` or a helper is recorded: a searched knob the
-script never reads stops the search before it spends its budget (autospeed.script.launch).
+script never reads stops the search before it spends its budget (autospeed.train.script_run).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ import torch
 
 from autospeed.outcome import Status, objective
 from autospeed.recipe import KNOB_FIELDS, Recipe
-from autospeed.script import channel
-from autospeed.script.options import SCRIPT
+from autospeed.train import script_channel as channel
+from autospeed.train.script_options import SCRIPT
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
 from autospeed.train.data import dataset_length, make_loader, to_device
 from autospeed.train.distributed import Replicas

@@ -1,7 +1,7 @@
 """Before a search of a user's script spends its budget: the script starts, and reads every searched knob.
 
 The script runs once, with the recipe of the search's first layers (the space file's fixed knobs), to
-the end of its first optimizer step (autospeed.script.channel PREFLIGHT); its context says which knobs it
+the end of its first optimizer step (autospeed.train.script_channel PREFLIGHT); its context says which knobs it
 read by then. A script that fails before that step (a missing import, arguments it rejects) and a searched
 knob it never reads (it built its own optimizer, say, so `optimizer_impl` would measure nothing) each stop
 the search with one line: the file, the key, the fix (exit 2)."""
@@ -12,7 +12,7 @@ import sys
 
 from autospeed.errors import UserError
 from autospeed.script.context import HELPER_OF
-from autospeed.script.launch import preflight_knobs
+from autospeed.train.script_run import preflight_knobs
 
 
 def check_script_reads(spec, space_path: str, console=sys.stdout) -> None:

@@ -47,7 +47,7 @@ from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
 from autospeed.track.export import exportable, predicting
 from autospeed.space import SearchSpec
-from autospeed.script.options import is_script
+from autospeed.train.script_options import is_script
 from autospeed.train.process import train_in_fresh_process
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used

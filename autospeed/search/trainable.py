@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from autospeed.script.options import is_script
+from autospeed.train.script_options import is_script
 from autospeed.search.curve import TrialCurve, cap_seconds
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS

@@ -87,7 +87,7 @@ class TrainResult:
     # seconds from `wall_clock_origin` to the end of the evaluation that met the target (None unless reached)
     wall_to_target_seconds: float | None = None
     wall_clock_origin: str = "train() entry"  # PROCESS_START or TRAIN_ENTRY (module docstring)
-    stderr_tail: str | None = None  # a user's script that failed: the last lines of its stderr (autospeed.script)
+    stderr_tail: str | None = None  # a user's script that failed: the last lines of its stderr (autospeed.train.script_run)
 
     @property
     def best_val_accuracy(self) -> float | None:
