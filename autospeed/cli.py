@@ -320,12 +320,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(autospeed's arguments, the user script's own: everything after the first `--`)."""
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        argv = list(sys.argv[1:] if argv is None else argv)
-        script_args = argv[argv.index("--") + 1:] if "--" in argv else []  # a user script's own arguments
-        args = build_parser().parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+        own, script_args = split_script_args(list(sys.argv[1:] if argv is None else argv))
+        args = build_parser().parse_args(own)
         args.script_args = script_args
         if not hasattr(args, "script"):
             args.script = None

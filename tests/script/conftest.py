@@ -10,6 +10,8 @@ written as a user would, with autospeed's context. Its command line sets what it
   --gate DIR         before each optimizer step, wait until DIR/go exists (the test decides when it trains)
   --own-optimizer    build torch.optim.SGD itself, never calling ctx.optimizer (optimizer_impl unread)
   --eval-seconds S   spend S seconds in each evaluation, inside ctx.paused()
+  --pid-file FILE    append this process's id (one line) as the script starts: an attempt that fails before
+                     its first optimizer step (out of memory at once) leaves its pid too
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--own-optimizer", action="store_true")
     p.add_argument("--eval-seconds", type=float, default=0.0)
     p.add_argument("--samples", type=int, default=512)
+    p.add_argument("--pid-file")
     args = p.parse_args()
+    if args.pid_file:
+        with open(args.pid_file, "a") as f:
+            f.write(f"{os.getpid()}\\n")
 
     ctx = autospeed.init(defaults={"batch_size": 32, "lr": 0.5, "epochs": 20, "eval_every_epochs": 1,
                                    "target_accuracy": 0.9, "max_train_seconds": 30})
