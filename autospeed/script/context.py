@@ -53,7 +53,7 @@ from autospeed.train.distributed import Replicas
 from autospeed.train.environment import PeakMemory, environment
 from autospeed.train.evaluate import better, is_oom
 from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
-from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
+from autospeed.train.result import EvalEvent, TrainResult, process_age_seconds, wall_clock_origin
 from autospeed.train.setup import CHECKED_KNOBS, not_applied, pick_device, prepare_module, set_backend_knobs
 from autospeed.train.step import Clock, Stepper, forward_context
 
@@ -111,6 +111,10 @@ class Context:
                  clock_offset: float = 0.0, preflight: bool = False):
         self.wall_start = time.perf_counter()
         self._before_entry, self._origin = wall_clock_origin()
+        if channel.WALL_BEFORE in os.environ:  # run by autospeed: count from its origin, the script's start-up inside
+            age = process_age_seconds() or 0.0
+            self._before_entry = float(os.environ[channel.WALL_BEFORE]) + age
+            self._origin = os.environ.get(channel.WALL_ORIGIN, self._origin)
         self.recipe = recipe  # as the run was asked for (micro_batch_size and lr_scaling not resolved)
         micro = micro_batch_size(recipe) if micro_batch is None else micro_batch
         self._trained = as_trained(recipe, micro)
@@ -149,6 +153,7 @@ class Context:
         if side is not None:
             _die_with_parent()
             _watch_for_crash(self)
+            side.send("started")
 
     # ---- identity ----
     @property

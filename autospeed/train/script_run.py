@@ -36,7 +36,7 @@ from autospeed.outcome import Status, objective
 from autospeed.train import script_channel as channel
 from autospeed.train.script_options import DEFAULT_GRACE_SECONDS
 from autospeed.train.batch import micro_batch_sizes
-from autospeed.train.result import EvalEvent, TrainResult
+from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 
 TAIL_LINES = 40  # stderr lines kept for a failed run's MLflow run
 _EOF = object()
@@ -46,9 +46,15 @@ def train_script(recipe, on_eval: Callable[[EvalEvent], bool | None] | None = No
                  preflight: bool = False) -> TrainResult:
     """Train `recipe` (workload: script) by running its script; never raises for a run that goes wrong."""
     offset = 0.0
+    # the wall clock's origin is this process's (autospeed train's start, or this call in a trial): the script's
+    # start-up is inside its wall to target, as the CLI's own start-up is
+    before_entry_seconds, origin = wall_clock_origin()
+    entry = time.perf_counter()
     for micro in micro_batch_sizes(recipe):
-        result = ScriptRun(recipe, micro, offset, num_threads, preflight).run(on_eval)
+        wall = (before_entry_seconds + time.perf_counter() - entry, origin)
+        result = ScriptRun(recipe, micro, offset, num_threads, preflight, wall).run(on_eval)
         result.micro_batch_retry_seconds = offset
+        result.wall_seconds = time.perf_counter() - entry  # this call's, as train()'s: the script's start-up inside
         oom_in_step = result.status == Status.OOM and not result.applied.get("oom_in_evaluation")
         if not oom_in_step:
             break
@@ -67,7 +73,8 @@ def preflight_knobs(recipe, num_threads: int | None = None) -> tuple[list[str] |
 class ScriptRun:
     """One attempt: the script's processes, the relay of their reports, and the result."""
 
-    def __init__(self, recipe, micro: int, clock_offset: float, num_threads: int | None, preflight: bool):
+    def __init__(self, recipe, micro: int, clock_offset: float, num_threads: int | None, preflight: bool,
+                 wall: tuple[float, str] | None = None):
         self.recipe, self.micro, self.offset = recipe, micro, clock_offset
         self.threads, self.preflight = num_threads, preflight
         options = recipe.workload_options
@@ -77,15 +84,18 @@ class ScriptRun:
         self.knobs_read: list[str] | None = None
         self.last_event: EvalEvent | None = None
         self.killed_why: str | None = None
+        self.wall = wall  # (seconds from the wall clock's origin to this launch, the origin's name)
+        self.tail_readers: list[threading.Thread] = []
 
     def _env(self, rank: int, port: int | None) -> dict[str, str]:
-        env = {**os.environ, channel.RECIPE: self.recipe.model_dump_json(), channel.MICRO_BATCH: str(self.micro),
-               channel.CLOCK_OFFSET: repr(self.offset), "AUTOSPEED_PARENT_PID": str(os.getpid()),
-               "PYTHONUNBUFFERED": "1"}
-        for key in (channel.REPORT_FD, channel.REPLY_FD, channel.PREFLIGHT):
-            env.pop(key, None)
+        env = {k: v for k, v in os.environ.items() if k not in channel.ENV_KEYS}  # never an outer run's
+        env.update({channel.RECIPE: self.recipe.model_dump_json(), channel.MICRO_BATCH: str(self.micro),
+                    channel.CLOCK_OFFSET: repr(self.offset), "AUTOSPEED_PARENT_PID": str(os.getpid()),
+                    "PYTHONUNBUFFERED": "1"})
         if self.preflight:
             env[channel.PREFLIGHT] = "1"
+        if self.wall is not None:
+            env[channel.WALL_BEFORE], env[channel.WALL_ORIGIN] = repr(self.wall[0]), self.wall[1]
         if self.threads:
             env["AUTOSPEED_THREADS"] = env["OMP_NUM_THREADS"] = str(self.threads)
         if self.recipe.device == "cpu":
@@ -109,7 +119,9 @@ class ScriptRun:
             # a session of its own: the whole group (DataLoader workers too) is killed on the way out
             procs.append(subprocess.Popen(self.cmd, env=env, pass_fds=fds, stderr=subprocess.PIPE,
                                           start_new_session=True))
-            threading.Thread(target=self._keep_tail, args=(procs[-1].stderr,), daemon=True).start()
+            reader = threading.Thread(target=self._keep_tail, args=(procs[-1].stderr,), daemon=True)
+            reader.start()
+            self.tail_readers.append(reader)
         os.close(report_w)
         os.close(reply_r)
         return procs, report_r, reply_w
@@ -163,12 +175,16 @@ class ScriptRun:
                 elif kind == "preflight":
                     self.knobs_read = list(msg.get("knobs_read", []))
                     _reply(replies, {"stop": True})
+                elif kind == "started":  # the script's context is up: silence counts from here
+                    pass
                 elif kind == "result":
                     result = msg["result"]
             self._end(procs)
         finally:
             _kill(procs)
             replies.close()
+        for reader in self.tail_readers:  # the last lines of a traceback, read to the end of the stream
+            reader.join(timeout=5)
         return self._result(result, procs, time.monotonic() - start)
 
     def _end(self, procs: list[subprocess.Popen]) -> None:

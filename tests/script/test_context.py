@@ -1,0 +1,183 @@
+"""A user's own training script, run by autospeed (`train(recipe)` with `workload: script`, which starts the
+script as a subprocess: autospeed.train.script_run) and on its own (`python tiny_train.py`).
+
+The knobs are checked where they must act: inside the script's loop, through what the tiny script
+(tests/script/conftest.py) observes there (--observe: one JSON line per optimizer step), not through what
+the result says it applied. Faults (a crash, a hang, a stop from the search, a target metric never reported)
+are checked as a user sees them: the result's status, error and stderr tail, and no process left behind.
+The compile test is last: it costs seconds on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from autospeed.outcome import Status
+from autospeed.recipe import Recipe
+from autospeed.train.trainer import train
+
+SAMPLES = 128  # training samples: 4 optimizer steps an epoch at batch_size 32
+
+
+def script_recipe(script: Path, *args: str, grace_seconds: float | None = None, **knobs) -> Recipe:
+    """A recipe that runs `script ARGS` on the CPU for one epoch of SAMPLES samples at batch_size 32, to a
+    target it does not reach (so the run ends at the schedule's end unless a test stops it otherwise)."""
+    options = {"script": str(script), "args": ["--samples", str(SAMPLES), *args]}
+    if grace_seconds is not None:
+        options["timeout_grace_seconds"] = grace_seconds
+    fields = {"workload": "script", "workload_options": options, "device": "cpu", "batch_size": 32, "lr": 0.5,
+              "epochs": 1, "eval_every_epochs": 1, "target_accuracy": 1.0, "max_train_seconds": 30}
+    return Recipe(**{**fields, **knobs})
+
+
+def observations(path: Path) -> list[dict]:
+    """What the script saw inside its loop, one dict per optimizer step (--observe)."""
+    assert path.exists(), "the script never completed an optimizer step"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_bf16_foreach_and_accumulation_act_inside_the_scripts_loop(tiny_script, tmp_path):
+    """precision bf16, optimizer_impl foreach, accumulation_steps 2: the script's forward runs under bf16
+    autocast, its optimizer was built with foreach=True, and each optimizer step takes two micro-batches of
+    batch_size 32."""
+    seen_file = tmp_path / "observed.jsonl"
+    recipe = script_recipe(tiny_script, "--observe", str(seen_file), precision="bf16", optimizer_impl="foreach",
+                           accumulation_steps=2)
+    result = train(recipe)
+    assert result.status == Status.NOT_REACHED, result.error
+    seen = observations(seen_file)
+    assert len(seen) == SAMPLES // 64  # one epoch of 64-sample optimizer steps
+    assert {o["autocast"] for o in seen} == {str(torch.bfloat16)}
+    assert {o["foreach"] for o in seen} == {True}
+    assert {(o["micro_batches"], o["micro_batch_size"]) for o in seen} == {(2, 32)}
+
+
+def test_fp32_default_and_micro_batch_size_act_inside_the_scripts_loop(tiny_script, tmp_path):
+    """The recipe's default precision (fp32): no autocast in the forward; micro_batch_size 16 of batch_size
+    32: the loader yields 16 samples and each optimizer step takes two of them (the same effective batch)."""
+    seen_file = tmp_path / "observed.jsonl"
+    result = train(script_recipe(tiny_script, "--observe", str(seen_file), micro_batch_size=16))
+    assert result.status == Status.NOT_REACHED, result.error
+    seen = observations(seen_file)
+    assert len(seen) == SAMPLES // 32  # the effective batch is still batch_size
+    assert {o["autocast"] for o in seen} == {"none"}
+    assert {(o["micro_batches"], o["micro_batch_size"]) for o in seen} == {(2, 16)}
+
+
+def test_auto_micro_batch_restarts_the_script_with_half_the_micro_batch(tiny_script, tmp_path):
+    """micro_batch_size auto, a script that runs out of memory above 16 samples: the script is started again
+    (a second process) and trains in micro-batches of 16, which the result records."""
+    seen_file, pids_file = tmp_path / "observed.jsonl", tmp_path / "pids.txt"
+    recipe = script_recipe(tiny_script, "--observe", str(seen_file), "--oom-above", "16", "--pid-file",
+                           str(pids_file), micro_batch_size="auto")
+    result = train(recipe)
+    assert result.status == Status.NOT_REACHED, result.error
+    assert result.applied["micro_batch_size"] == 16
+    seen = observations(seen_file)
+    assert seen[-1]["micro_batch_size"] == 16 and seen[-1]["micro_batches"] == 2
+    started = [int(line) for line in pids_file.read_text().split()]
+    assert len(set(started)) == 2, f"the script should have started twice (32, then 16): pids {started}"
+    assert {o["pid"] for o in seen} == {started[-1]}  # the steps were trained by the second process
+
+
+def test_evaluation_inside_paused_is_not_charged_to_the_train_clock(tiny_script):
+    """Each evaluation sleeps 1 s inside ctx.paused(): the run's wall time holds the sleeps, its train
+    clock does not."""
+    eval_seconds = 1.0
+    result = train(script_recipe(tiny_script, "--eval-seconds", str(eval_seconds), eval_every_epochs=0.5))
+    assert result.status == Status.NOT_REACHED, result.error
+    assert result.evaluations == 2
+    assert result.wall_seconds - result.train_seconds >= result.evaluations * eval_seconds
+    assert result.train_seconds < result.evaluations * eval_seconds
+
+
+def test_script_runs_alone_on_its_defaults(tiny_script, tmp_path):
+    """`python tiny_train.py` without autospeed around it (no AUTOSPEED_* variables) trains on the defaults
+    it passed to autospeed.init: batch_size 32 in one micro-batch a step, no autocast."""
+    seen_file = tmp_path / "observed.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSPEED_")}
+    done = subprocess.run([sys.executable, str(tiny_script), "--samples", str(SAMPLES), "--observe", str(seen_file)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = observations(seen_file)
+    assert {(o["micro_batch_size"], o["micro_batches"], o["autocast"]) for o in seen} == {(32, 1, "none")}
+
+
+def test_a_crashing_script_fails_with_its_error_and_stderr(tiny_script):
+    """An exception in the script: the run is failed, with the exception's message and the traceback's
+    last line in the stderr tail (what the trial's MLflow run shows)."""
+    result = train(script_recipe(tiny_script, "--crash-at-step", "3"))
+    assert result.status == Status.FAILED
+    assert "boom at step 3" in result.error
+    assert "RuntimeError: boom at step 3" in (result.stderr_tail or "")
+
+
+def test_a_hanging_script_is_killed_after_its_budget_and_grace(tiny_script, tmp_path):
+    """A script that blocks forever at step 2 sends nothing more: past max_train_seconds plus
+    timeout_grace_seconds it is killed, the run fails saying it hung, and its process is gone.
+    (The silence counts from the script's start: the grace leaves its start-up, import torch, room to reach
+    step 2 on a busy machine.)"""
+    seen_file = tmp_path / "observed.jsonl"
+    recipe = script_recipe(tiny_script, "--observe", str(seen_file), "--hang-at-step", "2", grace_seconds=3,
+                           max_train_seconds=2)
+    result = train(recipe)
+    assert result.status == Status.FAILED
+    assert result.error.startswith("killed:") and "hung" in result.error, result.error
+    seen = observations(seen_file)
+    assert len(seen) == 2  # it hung where it was told to
+    assert not is_running(seen[-1]["pid"])
+
+
+def test_on_eval_returning_true_stops_the_script(tiny_script, tmp_path):
+    """The search says stop at the first evaluation: the run is stopped_early, the script trains no further
+    step and its process has exited."""
+    seen_file = tmp_path / "observed.jsonl"
+    events = []
+
+    def stop_now(event) -> bool:
+        events.append(event)
+        return True
+
+    recipe = script_recipe(tiny_script, "--observe", str(seen_file), epochs=2, eval_every_epochs=0.5)
+    result = train(recipe, on_eval=stop_now)
+    assert result.status == Status.STOPPED_EARLY, result.error
+    assert len(events) == 1
+    seen = observations(seen_file)
+    assert len(seen) == events[0].step == 2  # the steps up to the first evaluation, none after it
+    assert not is_running(seen[-1]["pid"])
+
+
+def test_a_script_that_never_reports_the_target_metric_fails_naming_it(tiny_script):
+    """A script that reports val_loss only, to a val_accuracy target: failed, and the error names the
+    target metric the script should report."""
+    text = tiny_script.read_text()
+    reported = "ctx.report(val_accuracy=acc, val_loss=loss.item())"
+    assert reported in text
+    loss_only = tiny_script.with_name("loss_only.py")
+    loss_only.write_text(text.replace(reported, "ctx.report(val_loss=loss.item())"))
+    result = train(script_recipe(loss_only))
+    assert result.status == Status.FAILED
+    assert "val_accuracy" in result.error, result.error
+
+
+def test_compile_wraps_the_scripts_training_model(tiny_script, tmp_path):
+    """compile: default: the model the script trains with (inside the autocast wrapper) is torch.compile's
+    OptimizedModule."""
+    seen_file = tmp_path / "observed.jsonl"
+    result = train(script_recipe(tiny_script, "--observe", str(seen_file), compile="default"))
+    assert result.status == Status.NOT_REACHED, result.error
+    assert {o["compiled"] for o in observations(seen_file)} == {"OptimizedModule"}
