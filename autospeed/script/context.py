@@ -420,8 +420,9 @@ class Context:
         target = self.recipe.resolved_target
         applied = dict(self.applied)
         applied["knobs_read"] = sorted(self.read)
-        for knob in CHECKED_KNOBS:  # a knob the script never read did not act, whatever its value
-            if knob not in self.read and knob not in applied:
+        for knob in CHECKED_KNOBS:  # a knob set (away from its default) that the script never read did not act
+            default = Recipe.model_fields[knob].default
+            if knob not in self.read and knob not in applied and getattr(self._trained, knob) != default:
                 applied[knob] = NOT_READ
         applied["accumulation_steps"] = self._trained.accumulation_steps
         applied["lr"] = self._trained.lr

@@ -45,7 +45,8 @@ class TrialTracker(Callback):
         self.target = spec.resolved_target
         self.view = SearchView(total=total, stream=console, metric=self.target.metric)
         for r in runs.trial_rows(client, parent, runs=children):  # a resumed search counts its past
-            if r.status != Status.RUNNING:
+            # only trials that finished: one killed mid-run (KILLED by the resume) trains again into its run
+            if r.status != Status.RUNNING and search_dir.finished(r.trial_id) is not None:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
                                         r.best_value, r.baseline, r.knobs(), predicted=runs.predicted_text(r))
 

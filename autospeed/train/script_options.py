@@ -27,19 +27,26 @@ def script_options(script: str, args: list[str]) -> dict[str, Any]:
 
 
 def check_script_options(options: dict[str, Any], source: str = "workload_options") -> None:
-    """One clear line for a missing script, unknown keys or arguments that are not a list of strings."""
+    """One clear line for a missing script, unknown keys or arguments that are not a list of strings. `source`:
+    where the options came from ("FILE: workload_options", or "--script" for the command line)."""
+    if source.startswith("--"):  # the command line: name its flags
+        where = {"script": "--script", "args": "the arguments after --"}
+    else:
+        where = {}
     for key in options:
         if key not in _KEYS:
             raise UserError(f"{source}.{key}: unknown option for workload 'script'; allowed: {', '.join(_KEYS)}")
     script = options.get("script")
     if not isinstance(script, str) or not script:
-        raise UserError(f"{source}.script: workload 'script' needs the path of the training script; pass "
-                        f"--script train.py (or set workload_options.script)")
+        raise UserError(f"{where.get('script', source + '.script')}: workload 'script' needs the path of the "
+                        f"training script; pass --script train.py (or set workload_options.script)")
     if not os.path.isfile(script):
-        raise UserError(f"{source}.script: no such file: {script}; give the path of your training script")
+        raise UserError(f"{where.get('script', source + '.script')}: no such file: {script}; give the path of "
+                        f"your training script")
     args = options.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise UserError(f"{source}.args: must be a list of strings (the script's command line), got {args!r}")
+        raise UserError(f"{where.get('args', source + '.args')}: must be a list of strings (the script's "
+                        f"command line), got {args!r}")
     grace = options.get("timeout_grace_seconds", DEFAULT_GRACE_SECONDS)
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace <= 0:
         raise UserError(f"{source}.timeout_grace_seconds: must be a number > 0 (seconds past the budget a silent "

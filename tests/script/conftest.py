@@ -7,7 +7,8 @@ written as a user would, with autospeed's context. Its command line sets what it
   --oom-above N      raise torch.OutOfMemoryError in a training forward of more than N samples
   --crash-at-step N  raise RuntimeError("boom at step N") at that step
   --hang-at-step N   block forever at that step (a hang)
-  --gate DIR         before each optimizer step, wait until DIR/go exists (the test decides when it trains)
+  --gate DIR         before each optimizer step, wait until DIR/go exists (the test decides when it trains);
+                     the search's preflight run (AUTOSPEED_PREFLIGHT set) passes the gate
   --own-optimizer    build torch.optim.SGD itself, never calling ctx.optimizer (optimizer_impl unread)
   --eval-seconds S   spend S seconds in each evaluation, inside ctx.paused()
   --pid-file FILE    append this process's id (one line) as the script starts: an attempt that fails before
@@ -73,7 +74,7 @@ TINY_SCRIPT = textwrap.dedent('''
     sched = ctx.scheduler(opt)
     micro_since_step, steps = 0, 0
     for x, y in ctx.steps(loader):
-        if args.gate:
+        if args.gate and not os.environ.get("AUTOSPEED_PREFLIGHT"):  # the search's preflight passes
             while not os.path.exists(os.path.join(args.gate, "go")):
                 time.sleep(0.01)
         loss = nn.functional.cross_entropy(net(x), y)

@@ -1,0 +1,247 @@
+"""`autospeed search --script SCRIPT --space SPACE -- ARGS` and `autospeed train --script SCRIPT --config
+best.yaml -- ARGS` end to end (DESIGN.md "User scripts"), run as a user runs them: the CLI in a subprocess,
+on the tiny script of tests/script/conftest.py (flags in its docstring).
+
+Each search costs a Python and a Ray start-up (about 25 s on 2 busy cores): a test runs one, and checks
+everything a user would look at after it (exit code, output, the MLflow runs, the exported recipe)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.reliability.conftest import (autospeed, cli_env, client_for, error_lines, search_runs,
+                                        sigkill_with_state_whole, start_cli, wait_until, write_space)
+
+# Three CLI runs with Ray (a search and its --resume) in the slowest test: above pytest's default ceiling
+# on a busy 2-core machine is possible; this only guards against a hang.
+pytestmark = pytest.mark.timeout(900)
+
+__all__ = ["start_cli"]  # a fixture, imported to be used here
+
+TRIALS = 3
+
+
+def _space(folder: Path, name: str, space: dict | None = None, trials: int = TRIALS, **extra) -> Path:
+    """A small space for the tiny script: `trials` trials (the baseline first), a budget of seconds, no ASHA,
+    no confirmation (repeats 0), CPU trials. Its baseline (lr 0.5) reaches 0.9 within a few epochs of the
+    tiny script's data. The probe is not mentioned: for a script it is skipped."""
+    return write_space(folder, {
+        "name": name, "target_accuracy": 0.9,
+        "budget": {"trials": trials, "max_train_seconds": 10}, "asha": {"enabled": False},
+        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": 0},
+        "resources": {"gpus_per_trial": 0},
+        "baseline": {"batch_size": 32, "lr": 0.5}, "fixed": {"epochs": 20, "eval_every_epochs": 1},
+        "space": space or {"lr": {"loguniform": [0.3, 1.0]}, "batch_size": {"choice": [32, 64]}},
+        **extra,
+    }, name=f"{name}.yaml")
+
+
+def _search(folder: Path, uri: str, space: Path, *extra: str) -> list[str]:
+    """The CLI arguments of a search of `space` on the store `uri`, its Ray results under folder/store;
+    `extra`: --script, --resume, `-- ARGS`..."""
+    return ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(folder / "store"), *extra]
+
+
+def _observed_pids(observe: Path) -> set[int]:
+    """The processes that wrote a line to the tiny script's --observe file (one line per optimizer step)."""
+    if not observe.exists():
+        return set()
+    return {json.loads(line)["pid"] for line in observe.read_text().splitlines()}
+
+
+# ---------------------------------------------------------------- search, export, train
+def test_search_of_a_script_reaches_the_target_and_its_export_trains_the_same_script(tmp_path, tiny_script,
+                                                                                     new_store):
+    """A search of the tiny script (given by a relative path, with arguments after --) reaches the target;
+    MLflow holds one child run per trial, a reached one with its tta_seconds; `autospeed export` writes a
+    recipe that names the script by its absolute path and the arguments; `autospeed train` of that recipe,
+    alone or with --script, runs the script with those arguments and reaches the target."""
+    uri = new_store(tmp_path)
+    space = _space(tmp_path, "own")
+    observe = tmp_path / "observe.jsonl"  # the argument after --: each script process appends its pid
+    p = autospeed(*_search(tmp_path, uri, space, "--script", tiny_script.name, "--", "--observe", str(observe)),
+                  cwd=tmp_path, env=cli_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert not error_lines(p.stderr), p.stderr
+    assert f"preflight: running {tiny_script}" in p.stdout
+    assert "probe: skipped" in p.stdout
+    assert f"{TRIALS} trials of script" in p.stdout
+    searched_pids = _observed_pids(observe)
+    assert len(searched_pids) == TRIALS  # the arguments reached each trial's script (the preflight writes no line)
+
+    parents, trials = search_runs(uri, "own")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(trials) == TRIALS
+    assert len({t.data.tags["autospeed.trial_id"] for t in trials}) == TRIALS
+    assert all(t.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for t in trials)
+    reached = [t for t in trials if t.data.tags["autospeed.status"] == "reached"]
+    assert reached and all(t.data.metrics["tta_seconds"] > 0 for t in reached)
+
+    exported = autospeed("export", "--name", "own", "--out", "best.yaml", "--tracking-uri", uri, cwd=tmp_path,
+                         env=cli_env(), timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    recipe = yaml.safe_load((tmp_path / "best.yaml").read_text())
+    assert recipe["workload"] == "script"
+    assert recipe["workload_options"] == {"script": str(tiny_script), "args": ["--observe", str(observe)]}
+
+    # the recipe alone, then with the script named again (its arguments still the recipe's)
+    for extra in ([], ["--script", tiny_script.name]):
+        before = _observed_pids(observe)
+        trained = autospeed("train", "--config", "best.yaml", "--no-track", *extra, cwd=tmp_path, env=cli_env(),
+                            timeout=120)
+        assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
+        assert "status reached" in trained.stdout, trained.stdout[-2000:]
+        assert not error_lines(trained.stderr), trained.stderr
+        assert len(_observed_pids(observe) - before) == 1  # one new script process, with the exported args
+
+
+# ---------------------------------------------------------------- stopped before any trial
+def test_a_searched_knob_the_script_never_reads_stops_the_search_before_any_trial(tmp_path, tiny_script,
+                                                                                  new_store):
+    """The script builds its own optimizer (--own-optimizer), so searching optimizer_impl would measure
+    nothing: the search stops with exit 2 and one line on stderr naming the key and the helper that reads
+    it; no trial ran, no run was created."""
+    uri = new_store(tmp_path)
+    space = _space(tmp_path, "unread", space={"batch_size": {"choice": [32, 64]},
+                                              "optimizer_impl": {"choice": ["default", "foreach"]}})
+    p = autospeed(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--own-optimizer"),
+                  cwd=tmp_path, env=cli_env(), timeout=300)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines == error_lines(p.stderr), p.stderr
+    assert "'space.optimizer_impl'" in lines[0] and "ctx.optimizer" in lines[0], lines[0]
+    assert str(space) in lines[0]
+    assert search_runs(uri, "unread") == ([], [])
+
+
+def test_a_missing_script_arguments_it_rejects_and_arguments_without_a_script_exit_2(tmp_path, tiny_script,
+                                                                                    new_store, write_recipe):
+    """Bad input, each one line and exit 2, before any trial: a script path that does not exist (named);
+    arguments the script itself rejects (the script fails before its first optimizer step: the line says so
+    and gives the command that shows why); arguments after -- with no --script, to search or train."""
+    uri = new_store(tmp_path)
+    space = _space(tmp_path, "bad")
+
+    missing = tmp_path / "no_such_train.py"
+    p = autospeed(*_search(tmp_path, uri, space, "--script", str(missing)), cwd=tmp_path, env=cli_env(),
+                  timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert len(error_lines(p.stderr)) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert f"no such file: {missing}" in error_lines(p.stderr)[0]
+
+    p = autospeed(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--no-such-flag"),
+                  cwd=tmp_path, env=cli_env(), timeout=300)
+    assert p.returncode == 2, p.stderr
+    assert "unrecognized arguments: --no-such-flag" in p.stderr  # the script's own complaint, passed on
+    [line] = error_lines(p.stderr)
+    assert f"{tiny_script} failed before its first optimizer step" in line, line
+    assert line.endswith(f"run it alone to see why: python {tiny_script} --no-such-flag"), line
+
+    recipe = write_recipe({"workload": "script", "workload_options": {"script": str(tiny_script)},
+                           "target_accuracy": 0.9, "max_train_seconds": 5})
+    for args in (_search(tmp_path, uri, space, "--", "--samples", "64"),
+                 ["train", "--config", str(recipe), "--no-track", "--", "--samples", "64"]):
+        p = autospeed(*args, cwd=tmp_path, env=cli_env(), timeout=120)
+        assert p.returncode == 2, (args, p.stderr)
+        [line] = error_lines(p.stderr)
+        assert "arguments after -- (--samples 64) are for a script" in line and "--script" in line, line
+    assert search_runs(uri, "bad") == ([], [])
+
+
+# ---------------------------------------------------------------- a script that crashes
+def test_a_crashing_script_fails_its_trials_with_its_stderr_and_stops_the_search(tmp_path, tiny_script, new_store):
+    """The script raises at its second optimizer step (after the preflight's first): each trial ends
+    `failed`, its MLflow run FAILED with the error and an artifact stderr_tail.txt holding the script's
+    traceback; after max_consecutive_errors (2) trials failing the same way the search stops with exit 1
+    and says why, without the trials it had left and without a best recipe."""
+    uri = new_store(tmp_path)
+    space = _space(tmp_path, "crash", max_consecutive_errors=2)
+    p = autospeed(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--crash-at-step", "2"),
+                  cwd=tmp_path, env=cli_env())
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    [line] = error_lines(p.stderr)
+    assert "search stopped: the last 2 trials failed with the same error" in line and "boom at step 2" in line, line
+    assert "best recipe:" not in p.stdout and "Traceback" not in p.stdout
+
+    parents, trials = search_runs(uri, "crash")
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert len(trials) == 2 < TRIALS  # stopped after two: the third never ran
+    client = client_for(uri)
+    for t in trials:
+        assert t.info.status == "FAILED" and t.data.tags["autospeed.status"] == "failed"
+        assert "boom at step 2" in t.data.tags["autospeed.error"]
+        tail = Path(client.download_artifacts(t.info.run_id, "stderr_tail.txt", str(tmp_path))).read_text()
+        assert "RuntimeError: boom at step 2" in tail and str(tiny_script) in tail  # the script's traceback
+
+
+# ---------------------------------------------------------------- SIGKILL, then --resume
+
+
+def _script_processes(script: Path) -> dict[int, dict[str, str]]:
+    """The live processes running `script` (pid -> environment): the search's preflight (its environment
+    has AUTOSPEED_PREFLIGHT) and its trials."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if str(script).encode() not in (entry / "cmdline").read_bytes().split(b"\0"):  # a zombie's is empty
+                continue
+            pairs = (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):  # gone meanwhile
+            continue
+        found[int(entry.name)] = dict(kv.split("=", 1) for kv in pairs if "=" in kv)
+    return found
+
+
+def test_sigkill_of_a_script_search_with_a_trial_training_then_resume_runs_each_trial_once(
+        tmp_path, tiny_script, new_store, start_cli):
+    """SIGKILL of the whole search of 2 trials (driver and Ray, a batch scheduler killing the job) while
+    its first trial's script is training (held before an optimizer step by --gate): the trial's script dies
+    with it (none left running), and the same command with --resume ends every trial once: exit 0, one
+    finished MLflow run per trial, none left RUNNING."""
+    uri = new_store(tmp_path)
+    space = _space(tmp_path, "killed", trials=2)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    args = _search(tmp_path, uri, space, "--script", str(tiny_script))
+    script_args = ["--", "--gate", str(gate)]
+
+    search = start_cli(*args, *script_args, cwd=tmp_path, env=cli_env())
+
+    def training():
+        assert search.proc.poll() is None, search.stdout + search.stderr
+        scripts = [pid for pid, env in _script_processes(tiny_script).items() if not env.get("AUTOSPEED_PREFLIGHT")]
+        running = [t for t in search_runs(uri, "killed")[1] if t.info.status == "RUNNING"]
+        return scripts if scripts and running else None
+
+    trial_pids = wait_until(training, every=0.25, what="a trial's script at its gate and its MLflow run")
+    root = tmp_path / "store" / "killed"
+    exp_dir = wait_until(lambda: root.is_dir() and next((d for d in root.iterdir() if d.is_dir() and any(
+        f.name.startswith("experiment_state") for f in d.iterdir())), None), what="Ray Tune's saved state")
+    sigkill_with_state_whole(search, exp_dir, whole_group=True)
+    search.wait()
+    # the trial's script had a session of its own (out of the killed group): it dies with its trial's process
+    wait_until(lambda: not _script_processes(tiny_script), timeout=60, every=0.1,
+               what=f"no script process left of the killed search (were {trial_pids})")
+    search.reap()  # Ray's processes of the dead search, if any were left
+
+    (gate / "go").touch()
+    resumed = autospeed(*args, "--resume", *script_args, cwd=tmp_path, env=cli_env())
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert not error_lines(resumed.stderr), resumed.stderr
+    # the resumed search counts the killed trial once: as it trains again, not also as done
+    counts = [int(m) for m in re.findall(r"^\[(\d+)/2\]", resumed.stdout, re.M)]
+    assert counts and max(counts) == 2, resumed.stdout
+    parents, trials = search_runs(uri, "killed")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert not [t for t in trials if t.info.status == "RUNNING"]
+    done = [t for t in trials if t.data.tags.get("autospeed.status") != "killed"]
+    assert len(done) == 2 and len({t.data.tags["autospeed.trial_id"] for t in done}) == 2
+    assert all(t.info.status == "FINISHED" for t in done), [t.data.tags["autospeed.status"] for t in done]
+    assert not _script_processes(tiny_script)
