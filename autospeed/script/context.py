@@ -278,7 +278,10 @@ class Context:
                 if hasattr(sampler, "set_epoch"):
                     sampler.set_epoch(self._epochs_started)
                 self._epochs_started += 1
-                for batch in itertools.islice(loader, per_epoch * k):
+                # a whole pass runs the loader to its end, as `for batch in loader` does (its sampler then draws
+                # the next epoch's order from the same random state); a pass cut at whole steps stops early
+                whole = per_epoch * k >= len(loader)
+                for batch in loader if whole else itertools.islice(loader, per_epoch * k):
                     batch = self._layout(to_device(batch, self.device, non_blocking))
                     self._micro += 1
                     self.boundary = self._micro % k == 0
