@@ -74,7 +74,7 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     check_writable(root)
 
     # ---- preflight: whatever can fail before training fails here, before any run is created ----
-    state = _resume_state(spec, storage_path, trials, space_path) if resume else None
+    state = _resume_state(spec, storage_path, trials, space_path, console) if resume else None
     total = state["trials"] if state else (trials or spec.budget.trials)
     from autospeed.workloads import check_target, load_workload
 
@@ -193,6 +193,10 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
         return spec.model_copy(update={"space": {k: Param.model_validate(v) for k, v in state[PROBED_SPACE].items()}})
     if not wants_probe(spec):
         return spec
+    if spec.most_workers()[0] > 1:  # the probe times one process's steps; a data-parallel recipe needs its group
+        print(f"probe: skipped for data-parallel trials ('{spec.most_workers()[1]}' asks for "
+              f"{spec.most_workers()[0]} workers); their systems knobs are left to the trials", file=console, flush=True)
+        return spec
     if is_script(spec.workload):  # the probe times steps of a built-in workload's loop, which a script owns
         print("probe: skipped for a script (it owns its training step); its systems knobs are left to the trials",
               file=console, flush=True)
@@ -300,11 +304,15 @@ def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent
 
 
 # ---------------------------------------------------------------- the parent run
-def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None, space_path: str) -> dict[str, Any]:
+def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None, space_path: str,
+                  console=sys.stdout) -> dict[str, Any] | None:
+    """The state of the latest search of this name to resume; None (a new search, said in one line) where there
+    is none, as Optuna's load_if_exists does: a preemption wrapper can always pass --resume."""
     folder = latest_search_dir(storage_path, spec.name)
     if folder is None:
-        raise UserError(f"--resume: no earlier search named '{spec.name}' under "
-                        f"{search_root(storage_path, spec.name)}; run without --resume")
+        print(f"--resume: no earlier search named '{spec.name}' under {search_root(storage_path, spec.name)}: "
+              f"starting it", file=console, flush=True)
+        return None
     state = folder.read_state()
     # re-validated, the stored spec gains the defaults of keys added since it was written (probe, ...)
     stored = SearchSpec.model_validate(state["spec"]).model_dump(mode="json")

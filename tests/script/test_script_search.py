@@ -60,13 +60,15 @@ def test_search_of_a_script_reaches_the_target_and_its_export_trains_the_same_sc
     """A search of the tiny script (given by a relative path, with arguments after --) reaches the target;
     MLflow holds one child run per trial, a reached one with its tta_seconds; `autospeed export` writes a
     recipe that names the script by its absolute path and the arguments; `autospeed train` of that recipe,
-    alone or with --script, runs the script with those arguments and reaches the target."""
+    alone or with --script, runs the script with those arguments and reaches the target. The search is started
+    with --resume, as a preemption wrapper always passes it: there is no earlier search, so it starts, saying so."""
     uri = new_store(tmp_path)
     space = _space(tmp_path, "own")
     observe = tmp_path / "observe.jsonl"  # the argument after --: each script process appends its pid
-    p = autospeed(*_search(tmp_path, uri, space, "--script", tiny_script.name, "--", "--observe", str(observe)),
-                  cwd=tmp_path, env=cli_env())
+    p = autospeed(*_search(tmp_path, uri, space, "--script", tiny_script.name, "--resume", "--", "--observe",
+                           str(observe)), cwd=tmp_path, env=cli_env())
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "--resume: no earlier search named 'own'" in p.stdout and "starting it" in p.stdout
     assert not error_lines(p.stderr), p.stderr
     assert f"preflight: running {tiny_script}" in p.stdout
     assert "probe: skipped" in p.stdout

@@ -17,14 +17,15 @@ def search(tmp_path_factory, new_store):
 
     Epochs, not the clock, end a trial (the budget is far above what 10 digits epochs take). A trial on
     2 workers costs about 30 s of Ray Train start-up on 2 cores, so the sampler's seed (2) is one whose
-    sampled trial takes 1 worker: the baseline is the 2-worker trial."""
+    sampled trial takes 1 worker: the baseline is the 2-worker trial. The probe is on, as by default: it skips
+    a data-parallel search, saying so, instead of ending it in a probe that has no process group."""
     folder = tmp_path_factory.mktemp("data-parallel")
     space = folder / "space.yaml"
     space.write_text(yaml.safe_dump({
         "name": "two-workers", "workload": "digits", "target_accuracy": 0.9,
         "budget": {"trials": 2, "max_train_seconds": 120}, "asha": {"grace_seconds": 0.2, "reduction_factor": 3},
         "sampler": {"seed": 2, "n_startup_trials": 2}, "confirm": {"top_k": 1, "repeats": 0},
-        "resources": {"gpus_per_trial": 0}, "probe": {"enabled": False},
+        "resources": {"gpus_per_trial": 0},  # the probe on (the default): it leaves these trials alone
         # batch_size is per worker: the baseline's 2 workers x 16 make one worker's steps of 32
         "baseline": {"batch_size": 16, "lr": 0.1, "workers": 2},
         "fixed": {"epochs": 10, "eval_every_epochs": 1, "device": "cpu"},
@@ -38,6 +39,7 @@ def search(tmp_path_factory, new_store):
 
 def test_a_two_worker_trial_reaches_its_target_and_its_run_says_two_workers(search):
     folder, proc = search
+    assert "probe: skipped for data-parallel trials" in proc.stdout
     trials = [r for r in runs_of(folder, "two-workers") if r.data.tags.get("autospeed.kind") == "trial"]
     assert len(trials) == 2  # one MLflow run per trial, not one per worker
     baseline = next(r for r in trials if r.data.tags["autospeed.baseline"] == "true")
