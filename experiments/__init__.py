@@ -105,12 +105,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "own_script", "own_script.py", "a user's own training script (examples/own_script): autospeed's recipe "
         "against the script as written, by wall to target, and the knob context's cost per step",
         runs=(_r(writes=("own_script.md", "own_script_best.yaml")),),
-        # the space file's baseline in place of a search's recipe (a search is Ray's), a tiny script run a side
-        # (its target low enough to be reached), a few steps of each loop
-        quick=("--no-search", "--repeats", "1", "--steps", "5", "--warmup-steps", "1", "--overhead-repeats", "2",
-               "--samples", "640", "--work", "{out}/own-script-work", "--out", "{out}/own_script.md",
-               "--", "--samples", "600", "--epochs", "1", "--width", "4", "--target", "0.05"),
-        quick_writes=("own_script.md", "own_script_best.yaml")),
+        # a few steps of each loop only: part (a) starts 3 processes of torch and the script (about 10 s), and the
+        # test suite runs a script search of its own (tests/script/test_script_search.py)
+        quick=("--part", "overhead", "--steps", "5", "--warmup-steps", "1", "--overhead-repeats", "2",
+               "--samples", "640", "--out", "{out}/own_script.md"),
+        quick_writes=("own_script.md",)),
     Experiment(
         "knobs", "knobs.py", "throughput of each speed knob against fp32 eager (mnist1d, lm), CPU",
         runs=(_r("--rounds", "5", "--steps", "200", "--out", f"{RESULTS}/knobs_cpu.md", writes=("knobs_cpu.md",)),

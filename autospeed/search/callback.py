@@ -185,7 +185,8 @@ class TrialTracker(Callback):
             self.errors_in_a_row.clear()
         n = self.spec.max_consecutive_errors
         if len(self.errors_in_a_row) >= n and len({error_kind(e) for e in self.errors_in_a_row[-n:]}) == 1:
-            self.stop_reason = f"the last {n} trials failed with the same error: {self.errors_in_a_row[-1]}"
+            what = "the last trial failed" if n == 1 else f"the last {n} trials failed with the same error"
+            self.stop_reason = f"{what}: {self.errors_in_a_row[-1]}"
 
 
 def _tta_source_tags(status: Status, last: dict[str, Any]) -> dict[str, str]:

@@ -78,6 +78,21 @@ def test_fp32_default_and_micro_batch_size_act_inside_the_scripts_loop(tiny_scri
     assert {(o["micro_batches"], o["micro_batch_size"]) for o in seen} == {(2, 16)}
 
 
+def test_two_data_parallel_workers_are_two_processes_of_the_script_sharing_each_step(tiny_script, tmp_path):
+    """workers: 2 starts the script twice, torchrun-style: two processes, each taking its half of every
+    epoch (batch_size 32 per worker: half the steps of one worker), and the run reports 2 workers."""
+    seen_file = tmp_path / "observed.jsonl"
+    result = train(script_recipe(tiny_script, "--observe", str(seen_file), workers=2), num_threads=1)
+    assert result.status == Status.NOT_REACHED, result.error
+    assert result.applied["workers"] == 2 and result.environment["workers"] == 2
+    seen = observations(seen_file)
+    by_pid = {}
+    for o in seen:
+        by_pid.setdefault(o["pid"], []).append(o)
+    assert len(by_pid) == 2  # two processes of the script
+    assert all(len(steps) == SAMPLES // (2 * 32) for steps in by_pid.values())  # each worker: its shard's steps
+
+
 def test_auto_micro_batch_restarts_the_script_with_half_the_micro_batch(tiny_script, tmp_path):
     """micro_batch_size auto, a script that runs out of memory above 16 samples: the script is started again
     (a second process) and trains in micro-batches of 16, which the result records."""
