@@ -54,54 +54,6 @@ def _observed_pids(observe: Path) -> set[int]:
     return {json.loads(line)["pid"] for line in observe.read_text().splitlines()}
 
 
-# ---------------------------------------------------------------- search, export, train
-def test_search_of_a_script_reaches_the_target_and_its_export_trains_the_same_script(tmp_path, tiny_script,
-                                                                                     new_store):
-    """A search of the tiny script (given by a relative path, with arguments after --) reaches the target;
-    MLflow holds one child run per trial, a reached one with its tta_seconds; `autospeed export` writes a
-    recipe that names the script by its absolute path and the arguments; `autospeed train` of that recipe,
-    alone or with --script, runs the script with those arguments and reaches the target. The search is started
-    with --resume, as a preemption wrapper always passes it: there is no earlier search, so it starts, saying so."""
-    uri = new_store(tmp_path)
-    space = _space(tmp_path, "own")
-    observe = tmp_path / "observe.jsonl"  # the argument after --: each script process appends its pid
-    p = autospeed(*_search(tmp_path, uri, space, "--script", tiny_script.name, "--resume", "--", "--observe",
-                           str(observe)), cwd=tmp_path, env=cli_env())
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "--resume: no earlier search named 'own'" in p.stdout and "starting it" in p.stdout
-    assert not error_lines(p.stderr), p.stderr
-    assert f"preflight: running {tiny_script}" in p.stdout
-    assert "probe: skipped" in p.stdout
-    assert f"{TRIALS} trials of script" in p.stdout
-    searched_pids = _observed_pids(observe)
-    assert len(searched_pids) == TRIALS  # the arguments reached each trial's script (the preflight writes no line)
-
-    parents, trials = search_runs(uri, "own")
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(trials) == TRIALS
-    assert len({t.data.tags["autospeed.trial_id"] for t in trials}) == TRIALS
-    assert all(t.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for t in trials)
-    reached = [t for t in trials if t.data.tags["autospeed.status"] == "reached"]
-    assert reached and all(t.data.metrics["tta_seconds"] > 0 for t in reached)
-
-    exported = autospeed("export", "--name", "own", "--out", "best.yaml", "--tracking-uri", uri, cwd=tmp_path,
-                         env=cli_env(), timeout=120)
-    assert exported.returncode == 0, exported.stderr
-    recipe = yaml.safe_load((tmp_path / "best.yaml").read_text())
-    assert recipe["workload"] == "script"
-    assert recipe["workload_options"] == {"script": str(tiny_script), "args": ["--observe", str(observe)]}
-
-    # the recipe alone, then with the script named again (its arguments still the recipe's)
-    for extra in ([], ["--script", tiny_script.name]):
-        before = _observed_pids(observe)
-        trained = autospeed("train", "--config", "best.yaml", "--no-track", *extra, cwd=tmp_path, env=cli_env(),
-                            timeout=120)
-        assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
-        assert "status reached" in trained.stdout, trained.stdout[-2000:]
-        assert not error_lines(trained.stderr), trained.stderr
-        assert len(_observed_pids(observe) - before) == 1  # one new script process, with the exported args
-
-
 # ---------------------------------------------------------------- stopped before any trial
 def test_a_searched_knob_the_script_never_reads_stops_the_search_before_any_trial(tmp_path, tiny_script,
                                                                                   new_store):
@@ -201,18 +153,23 @@ def _script_processes(script: Path) -> dict[int, dict[str, str]]:
     return found
 
 
-def test_sigkill_of_a_script_search_with_a_trial_training_then_resume_runs_each_trial_once(
+def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_and_trains(
         tmp_path, tiny_script, new_store, start_cli):
-    """SIGKILL of the whole search of 2 trials (driver and Ray, a batch scheduler killing the job) while
-    its first trial's script is training (held before an optimizer step by --gate): the trial's script dies
-    with it (none left running), and the same command with --resume ends every trial once: exit 0, one
-    finished MLflow run per trial, none left RUNNING."""
+    """A user's journey with a script search of 2 trials (the script given by a relative path, its arguments
+    after --). Started with --resume, as a preemption wrapper always passes it: there is no earlier search, so
+    it starts, saying so. SIGKILLed whole (driver and Ray, a batch scheduler killing the job) while its first
+    trial's script is training (held before an optimizer step by --gate): that script dies with it, and the
+    same command resumes to the end: every trial finished once, one MLflow child run per trial, a reached one
+    with its tta_seconds. `autospeed export` then writes a recipe that names the script by its absolute path
+    and its arguments, and `autospeed train` of it, alone or with --script, runs the script with them to the
+    target."""
     uri = new_store(tmp_path)
-    space = _space(tmp_path, "killed", trials=2)
+    space = _space(tmp_path, "killed", trials=TRIALS)
     gate = tmp_path / "gate"
     gate.mkdir()
-    args = _search(tmp_path, uri, space, "--script", str(tiny_script))
-    script_args = ["--", "--gate", str(gate)]
+    observe = tmp_path / "observe.jsonl"  # each script process appends a line per optimizer step
+    args = _search(tmp_path, uri, space, "--script", tiny_script.name, "--resume")
+    script_args = ["--", "--gate", str(gate), "--observe", str(observe)]
 
     search = start_cli(*args, *script_args, cwd=tmp_path, env=cli_env())
 
@@ -234,16 +191,39 @@ def test_sigkill_of_a_script_search_with_a_trial_training_then_resume_runs_each_
     search.reap()  # Ray's processes of the dead search, if any were left
 
     (gate / "go").touch()
-    resumed = autospeed(*args, "--resume", *script_args, cwd=tmp_path, env=cli_env())
+    resumed = autospeed(*args, *script_args, cwd=tmp_path, env=cli_env())  # the same command
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert not error_lines(resumed.stderr), resumed.stderr
+    first = search.stdout
+    assert "--resume: no earlier search named 'killed'" in first and "starting it" in first, first[-2000:]
+    assert f"preflight: running {tiny_script}" in first and "probe: skipped" in first
     # the resumed search counts the killed trial once: as it trains again, not also as done
     counts = [int(m) for m in re.findall(r"^\[(\d+)/2\]", resumed.stdout, re.M)]
-    assert counts and max(counts) == 2, resumed.stdout
+    assert counts and max(counts) == TRIALS, resumed.stdout
     parents, trials = search_runs(uri, "killed")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert all(t.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for t in trials)
     assert not [t for t in trials if t.info.status == "RUNNING"]
     done = [t for t in trials if t.data.tags.get("autospeed.status") != "killed"]
-    assert len(done) == 2 and len({t.data.tags["autospeed.trial_id"] for t in done}) == 2
+    assert len(done) == TRIALS and len({t.data.tags["autospeed.trial_id"] for t in done}) == TRIALS
     assert all(t.info.status == "FINISHED" for t in done), [t.data.tags["autospeed.status"] for t in done]
+    reached = [t for t in done if t.data.tags["autospeed.status"] == "reached"]
+    assert reached and all(t.data.metrics["tta_seconds"] > 0 for t in reached)
+    assert len(_observed_pids(observe)) == TRIALS  # the arguments reached each trial's script
     assert not _script_processes(tiny_script)
+
+    exported = autospeed("export", "--name", "killed", "--out", "best.yaml", "--tracking-uri", uri, cwd=tmp_path,
+                         env=cli_env(), timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    recipe = yaml.safe_load((tmp_path / "best.yaml").read_text())
+    assert recipe["workload"] == "script"
+    assert recipe["workload_options"] == {"script": str(tiny_script), "args": script_args[1:]}
+    # the recipe alone, then with the script named again (its arguments still the recipe's)
+    for extra in ([], ["--script", tiny_script.name]):
+        before = _observed_pids(observe)
+        trained = autospeed("train", "--config", "best.yaml", "--no-track", *extra, cwd=tmp_path, env=cli_env(),
+                            timeout=120)
+        assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
+        assert "status reached" in trained.stdout, trained.stdout[-2000:]
+        assert not error_lines(trained.stderr), trained.stderr
+        assert len(_observed_pids(observe) - before) == 1  # one new script process, with the exported args
