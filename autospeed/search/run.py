@@ -21,7 +21,7 @@ from autospeed.track import layout as t
 from autospeed.errors import RunFailure, UserError
 from autospeed.outcome import Status
 from autospeed.search import _ray
-from autospeed.search.storage import SearchDir, check_writable, latest_search_dir, search_root
+from autospeed.search.storage import SearchDir, check_writable, latest_search_dir, search_lock, search_root
 from autospeed.space import Param, SearchSpec
 from autospeed.yamlio import write_atomic
 
@@ -63,15 +63,24 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     """Run (or resume) a search to its end: every trial, the confirmation runs, best.yaml.
 
     Returns when all of that is done or the search was interrupted; raises UserError /
-    RunFailure for what fails before any run is created.
+    RunFailure for what fails before any run is created. One search of a name runs on a storage path at a
+    time (storage.search_lock): a second refuses, naming the first's host and pid.
     """
     wall_start = time.perf_counter()
     _check_workers_fit(spec, space_path)  # bad input: before the store, the dataset or Ray are touched
     uri = t.resolve_tracking_uri(tracking_uri)
     client = t.connect(uri)
-    seed = spec.sampler.seed if seed is None else seed
     root = search_root(storage_path, spec.name)
     check_writable(root)
+    with search_lock(root, spec.name):
+        return _run_search(spec, space_text, space_path, trials=trials, uri=uri, client=client,
+                           storage_path=storage_path, ray_address=ray_address, resume=resume, seed=seed,
+                           verbose=verbose, console=console, wall_start=wall_start, root=root)
+
+
+def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, uri: str, client, storage_path,
+                ray_address, resume, seed, verbose, console, wall_start: float, root) -> SearchOutcome:
+    seed = spec.sampler.seed if seed is None else seed
 
     # ---- preflight: whatever can fail before training fails here, before any run is created ----
     state = _resume_state(spec, storage_path, trials, space_path, console) if resume else None

@@ -6,6 +6,7 @@
     <storage_path>/<name>/<search_id>/finished/<trial id>.json  ledger: trials whose MLflow run is final
     <storage_path>/<name>/<search_id>/recipes/<recipe key>.json the first trial of each recipe, its result
     <storage_path>/<name>/<search_id>/best.yaml         the search's best recipe (as `autospeed export`)
+    <storage_path>/<name>/.search.lock                  held by the running search of that name (search_lock)
 
 Trials read the ledger and the recipe index, so on a cluster the storage path must be
 one that every node sees (DESIGN.md "Scale-out").
@@ -13,14 +14,18 @@ one that every node sees (DESIGN.md "Scale-out").
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autospeed.errors import RunFailure
+from autospeed.errors import RunFailure, UserError
 from autospeed.yamlio import write_atomic
 
 DEFAULT_STORAGE = "autospeed_results"
@@ -31,6 +36,41 @@ _LEDGER_ONLY = ("baseline", "history")  # ledger keys that are not part of a tri
 def search_root(storage_path: str | None, name: str) -> Path:
     """The folder holding every search named `name`."""
     return Path(storage_path or DEFAULT_STORAGE).expanduser().resolve() / name
+
+
+LOCK_FILE = ".search.lock"
+
+
+@contextlib.contextmanager
+def search_lock(root: Path, name: str):
+    """Hold the lock of the searches named `name` under this storage path while the block runs; refuse (UserError,
+    exit 2) while another process holds it. The lock is the kernel's (flock) on `root/.search.lock`: it goes with
+    its process however that ends, SIGKILL included, so a stale lock is never left to detect. The file says who
+    holds it (host, pid, since), for the line a second search prints."""
+    path = root / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"search '{name}': another search of this name is running on this storage path "
+                            f"({_lock_owner(path)}); wait for it to end, or give this one another --name "
+                            f"(or --storage-path)") from None
+        owner = {"host": socket.gethostname(), "pid": os.getpid(),
+                 "since": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(owner).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _lock_owner(path: Path) -> str:
+    try:
+        owner = json.loads(path.read_text())
+        return f"host {owner['host']}, pid {owner['pid']}, since {owner['since']}"
+    except (OSError, ValueError, KeyError):
+        return f"its lock: {path}"
 
 
 def check_writable(root: Path) -> None:

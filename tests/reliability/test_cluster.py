@@ -262,7 +262,7 @@ def test_a_search_on_two_nodes_with_a_tracking_server_survives_a_sigkill(cluster
     assert len({r.data.tags["autospeed.env.node"] for r in running}) == 2
     kept = {r.info.run_id: (r.info.end_time, len(r.data.metrics)) for r in done}
 
-    sigkill_with_state_whole(first, next((c.shared / NAME).iterdir()), whole_group=False)
+    sigkill_with_state_whole(first, next(d for d in (c.shared / NAME).iterdir() if d.is_dir()), whole_group=False)
     first.wait()
     assert "View run" not in first.stdout + first.stderr
 
