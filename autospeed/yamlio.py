@@ -87,8 +87,23 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.chmod(tmp, path.stat().st_mode & 0o777)
         yield tmp
         os.replace(tmp, path)
+        fsync_folder(path.parent)  # the rename itself survives a power cut
     finally:
         tmp.unlink(missing_ok=True)  # gone already after the rename
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Sync a folder's entries to disk (a rename into it is durable only then); a no-op where the OS cannot."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on a folder
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
