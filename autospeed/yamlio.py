@@ -99,9 +99,8 @@ def fsync_folder(folder: str | os.PathLike) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on a folder
-        pass
+        with contextlib.suppress(OSError):  # some filesystems refuse fsync on a folder
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -327,6 +327,26 @@ def _params(model):
     return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
 
 
+class _StepClock:
+    """Counts optimizer steps: the clock starts after o.warmup_steps and stops after o.steps more (synced)."""
+
+    def __init__(self, o, device):
+        self.o, self.device, self.done, self.t0, self.seconds = o, device, 0, 0.0, 0.0
+
+    def stepped(self) -> bool:
+        """One more step; True once the timed steps are done (then `seconds` holds their time)."""
+        self.done += 1
+        if self.done in (self.o.warmup_steps, self.o.warmup_steps + self.o.steps):
+            _sync(self.device)
+            now = time.perf_counter()
+            if self.done == self.o.warmup_steps:
+                self.t0 = now
+            else:
+                self.seconds = now - self.t0
+                return True
+        return False
+
+
 def plain_steps(train_ds, o) -> tuple[float, object]:
     """The loop as train_plain.py writes it (without its EMA and evaluation): seconds for o.steps steps after
     o.warmup_steps, and the parameters at the end."""
@@ -344,7 +364,7 @@ def plain_steps(train_ds, o) -> tuple[float, object]:
     opt = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=o.epochs * len(loader))
     criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
-    done, t0 = 0, 0.0
+    clock = _StepClock(o, device)
     for _ in range(o.epochs):
         for x, y in loader:
             x, y = x.to(device), y.to(device)
@@ -353,13 +373,8 @@ def plain_steps(train_ds, o) -> tuple[float, object]:
             loss.backward()
             opt.step()
             sched.step()
-            done += 1
-            if done == o.warmup_steps:
-                _sync(device)
-                t0 = time.perf_counter()
-            elif done == o.warmup_steps + o.steps:
-                _sync(device)
-                return time.perf_counter() - t0, _params(model)
+            if clock.stepped():
+                return clock.seconds, _params(model)
     raise RuntimeError("plain loop: ran out of epochs before its steps")
 
 
@@ -384,18 +399,13 @@ def context_steps(train_ds, o) -> tuple[float, object]:
                         weight_decay=5e-4)
     sched = ctx.scheduler(opt)
     criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
-    done, t0 = 0, 0.0
+    clock = _StepClock(o, device)
     for x, y in ctx.steps(loader):
         loss = criterion(net(x), y)
         ctx.backward(loss)
         if ctx.step(opt, sched):
-            done += 1
-            if done == o.warmup_steps:
-                _sync(device)
-                t0 = time.perf_counter()
-            elif done == o.warmup_steps + o.steps:
-                _sync(device)
-                return time.perf_counter() - t0, _params(model)
+            if clock.stepped():
+                return clock.seconds, _params(model)
     raise RuntimeError("context loop: ctx.steps ended before its steps")
 
 
@@ -448,8 +458,8 @@ def part_overhead(args) -> tuple[list[str], float]:
         ("The parameters after the last step are identical in both loops: they did the same work, step for step."
          if diff == 0 else f"The parameters after the last step differ by up to {diff:.3g} (max abs): "
                            f"{'rounding only' if diff < 1e-4 else 'the loops did not do the same work'}."),
-        f"At this machine's step-to-step spread (min-max above) a 2% difference is below what (b) can resolve; "
-        f"(c) measures the context's fixed cost per step directly.",
+        "At this machine's step-to-step spread (min-max above) a 2% difference is below what (b) can resolve; "
+        "(c) measures the context's fixed cost per step directly.",
     ], med["plain"]
 
 

@@ -29,7 +29,6 @@ script never reads stops the search before it spends its budget (autospeed.train
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import inspect
 import itertools
@@ -44,32 +43,34 @@ from typing import Any, Iterable, Iterator, NamedTuple
 import torch
 
 from autospeed.outcome import Status, objective
-from autospeed.recipe import KNOB_FIELDS, Recipe
+from autospeed.recipe import Recipe
+from autospeed.script.knob_view import NOT_READ, KnobView
+from autospeed.script.process import (
+    device_for,
+    die_with_parent,
+    join_process_group,
+    watch_for_crash,
+)
 from autospeed.train import script_channel as channel
-from autospeed.train.script_options import SCRIPT
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
 from autospeed.train.data import dataset_length, make_loader, to_device
-from autospeed.train.distributed import Replicas
 from autospeed.train.environment import PeakMemory, environment
 from autospeed.train.evaluate import better, is_oom
 from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
-from autospeed.train.result import EvalEvent, TrainResult, process_age_seconds, wall_clock_origin
-from autospeed.train.setup import CHECKED_KNOBS, not_applied, pick_device, prepare_module, set_backend_knobs
-from autospeed.train.step import Clock, Stepper, forward_context
-
-NOT_READ = "not_read"  # an `applied` value: the script never read this knob, so it cannot have acted
-# The helper that reads each knob (for the line that names what to call); others are read through ctx.config.
-HELPER_OF = {
-    **dict.fromkeys(("batch_size", "micro_batch_size", "num_workers", "pin_memory", "prefetch_factor",
-                     "persistent_workers"), "ctx.dataloader()"),
-    **dict.fromkeys(("precision", "attention"), "ctx.autocast()"),
-    **dict.fromkeys(("compile", "channels_last", "activation_checkpointing"), "ctx.prepare_model()"),
-    "optimizer_impl": "ctx.optimizer() or ctx.optimizers()",
-    **dict.fromkeys(("optimizer", "momentum", "weight_decay"), "ctx.optimizers()"),
-    **dict.fromkeys(("lr", "lr_scaling"), "ctx.lr()"),
-    **dict.fromkeys(("schedule", "warmup_fraction", "decay_fraction"), "ctx.scheduler()"),
-    **dict.fromkeys(("accumulation_steps", "epochs", "eval_every_epochs"), "ctx.steps()"),
-}
+from autospeed.train.result import (
+    EvalEvent,
+    TrainResult,
+    process_age_seconds,
+    wall_clock_origin,
+)
+from autospeed.train.script_options import SCRIPT
+from autospeed.train.setup import (
+    CHECKED_KNOBS,
+    not_applied,
+    prepare_module,
+    set_backend_knobs,
+)
+from autospeed.train.step import Clock, InForwardContext, Stepper, forward_context
 
 
 class Report(NamedTuple):
@@ -77,25 +78,6 @@ class Report(NamedTuple):
 
     stop: bool
     reason: str = ""
-
-
-class _Recorded:
-    """A read-only view of the recipe that notes every knob read through it."""
-
-    def __init__(self, recipe: Recipe, read: set[str]):
-        object.__setattr__(self, "_recipe", recipe)
-        object.__setattr__(self, "_read", read)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in KNOB_FIELDS:
-            self._read.add(name)
-        return getattr(self._recipe, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ctx.config is read-only: the recipe is the search's; change your own variables")
-
-    def __repr__(self) -> str:
-        return f"config({self._recipe.model_dump(exclude_none=True, exclude={'measured'})})"
 
 
 def _metric_mode(name: str) -> str:
@@ -118,14 +100,15 @@ class Context:
         self.recipe = recipe  # as the run was asked for (micro_batch_size and lr_scaling not resolved)
         micro = micro_batch_size(recipe) if micro_batch is None else micro_batch
         self._trained = as_trained(recipe, micro)
+        self._effective = effective_batch(recipe)  # samples per optimizer step, all workers
         self.read: set[str] = set()
-        self.config = _Recorded(self._trained, self.read)  # the knobs: read them here for what no helper does
+        self.config = KnobView(self._trained, self.read)  # the knobs: read them here for what no helper does
         self.side, self.preflight = side, preflight
         threads = os.environ.get("AUTOSPEED_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
-        self.replicas = _join_process_group(recipe.workers)
-        self.device = _device(recipe, self.replicas)
+        self.replicas = join_process_group(recipe.workers)
+        self.device = device_for(recipe, self.replicas)
         torch.manual_seed(recipe.seed)
         self.applied: dict[str, Any] = {
             "device": self.device.type, "workers": self.replicas.world_size if self.replicas else 1,
@@ -151,8 +134,8 @@ class Context:
         self.finished = False
         self.result: TrainResult | None = None
         if side is not None:
-            _die_with_parent()
-            _watch_for_crash(self)
+            die_with_parent()
+            watch_for_crash(self)
             side.send("started")
 
     # ---- identity ----
@@ -204,7 +187,7 @@ class Context:
         `ctx.module`): evaluate, average (EMA/SWA) and save it."""
         train_model, self.module = prepare_module(model, self.config, self.device, self.applied, self.replicas)
         self._train_model = train_model
-        return _InForwardContext(train_model, self.autocast) if autocast else train_model
+        return InForwardContext(train_model, self.autocast) if autocast else train_model
 
     def lr(self, base: float | None = None) -> float:
         """The peak LR: the recipe's `lr` (None), or your `base` LR; either scaled to the effective batch by
@@ -315,9 +298,9 @@ class Context:
         as_list = (lambda x: [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x])
         self._stepper_for().step(as_list(optimizers), as_list(schedulers))
         self.step_count += 1
-        self.samples += effective_batch(self._trained)
+        self.samples += self._effective
         self._since_eval["steps"] += 1
-        self._since_eval["samples"] += effective_batch(self._trained)
+        self._since_eval["samples"] += self._effective
         if self.step_count == 1:  # first step = compile (if any) + warm-up; synced so it is exact
             self.clock.stop()
             self.first_step_seconds = self.clock.total - self._clock_at_start
@@ -469,37 +452,6 @@ class Context:
         return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
 
 
-class _InForwardContext(torch.nn.Module):
-    """The training model with its forward run in the run's forward context (autocast, attention); floating
-    outputs come back in fp32. A wrapper, not a patch: `model` itself (and an EMA/SWA copy of it) stays as is."""
-
-    def __init__(self, inner: torch.nn.Module, context):
-        super().__init__()
-        self.inner = inner
-        self._context = context
-
-    def forward(self, *args, **kwargs):
-        with self._context():
-            out = self.inner(*args, **kwargs)
-        return _to_fp32(out)
-
-    def __getattr__(self, name: str):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:  # the model's own attributes and methods
-            return getattr(self.inner, name)
-
-
-def _to_fp32(out):
-    if isinstance(out, torch.Tensor):
-        return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
-    if isinstance(out, (list, tuple)):
-        return type(out)(_to_fp32(o) for o in out)
-    if isinstance(out, dict):
-        return {k: _to_fp32(v) for k, v in out.items()}
-    return out
-
-
 def micro_batch_size(recipe: Recipe) -> int:
     """The first micro-batch a run tries (batch.micro_batch_sizes' first)."""
     from autospeed.train.batch import micro_batch_sizes
@@ -511,61 +463,6 @@ def _jsonable(result: TrainResult) -> dict[str, Any]:
     out = asdict(result)
     out["status"] = result.status.value
     return json.loads(json.dumps(out, default=str))
-
-
-def _device(recipe: Recipe, replicas: Replicas | None) -> torch.device:
-    device = pick_device(recipe)
-    if device.type == "cuda" and replicas is not None:
-        local = int(os.environ.get("LOCAL_RANK", replicas.rank))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return device
-
-
-def _join_process_group(workers: int) -> Replicas | None:
-    """torchrun-style: the runner starts `workers` copies with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT."""
-    if workers == 1:
-        return None
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        if "RANK" not in os.environ:
-            raise RuntimeError(f"the recipe asks for workers: {workers}; run the script through autospeed "
-                               f"(`autospeed train --script ...`) or torchrun, which start the workers, or set workers: 1")
-        backend = "nccl" if torch.cuda.is_available() and os.environ.get("AUTOSPEED_DEVICE") != "cpu" else "gloo"
-        dist.init_process_group(backend=backend)
-    return Replicas.joined(workers)
-
-
-def _die_with_parent() -> None:
-    """Linux: this process is killed when the runner dies (a trial ASHA stopped, a killed search)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        parent = os.environ.get("AUTOSPEED_PARENT_PID")
-        if parent and os.getppid() != int(parent):  # the runner died before the line above
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
-
-
-def _watch_for_crash(ctx: Context) -> None:
-    """An exception that ends the script ends the run as failed (oom for out of memory) with its message;
-    a script that returns without a stopping report ends it with the status so far (not reached)."""
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        if not ctx.finished:
-            oom = is_oom(value)
-            line = str(value).strip().splitlines()[0] if str(value).strip() else ""
-            ctx.applied["oom_in_evaluation"] = oom and ctx._eval_failed
-            ctx.finish(Status.OOM if oom else Status.FAILED, f"{kind.__name__}: {line}")
-        previous(kind, value, tb)
-
-    sys.excepthook = hook
-    atexit.register(lambda: ctx.finish())
 
 
 def init(defaults: dict[str, Any] | None = None) -> Context:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from autospeed.errors import UserError
-from autospeed.script.context import HELPER_OF
+from autospeed.script.knob_view import HELPER_OF
 from autospeed.train.script_run import preflight_knobs
 
 

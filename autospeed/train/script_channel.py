@@ -20,6 +20,7 @@ End of file on the reply pipe means stop: the runner is gone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -51,11 +52,9 @@ class ScriptSide:
         return cls(int(os.environ[REPORT_FD]), int(os.environ[REPLY_FD]))
 
     def send(self, kind: str, **fields: Any) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the runner is gone (a broken pipe): nothing to tell
             self.out.write(json.dumps({"kind": kind, **fields}, default=str) + "\n")
             self.out.flush()
-        except (BrokenPipeError, OSError):  # the runner is gone: nothing to tell
-            pass
 
     def ask(self, kind: str, **fields: Any) -> dict[str, Any]:
         """Send and wait for the reply; {"stop": True} when the runner is gone."""

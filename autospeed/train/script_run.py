@@ -21,6 +21,7 @@ Standard library, plus the trainer's result types.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import queue
@@ -165,7 +166,7 @@ class ScriptRun:
                     continue
                 if msg is _EOF:
                     break
-                last_heard = time.monotonic()
+                last_heard = time.monotonic()  # any message, `started` included: silence counts from here
                 kind = msg.get("kind")
                 if kind == "eval":
                     event = EvalEvent(**msg["event"])
@@ -175,8 +176,6 @@ class ScriptRun:
                 elif kind == "preflight":
                     self.knobs_read = list(msg.get("knobs_read", []))
                     _reply(replies, {"stop": True})
-                elif kind == "started":  # the script's context is up: silence counts from here
-                    pass
                 elif kind == "result":
                     result = msg["result"]
             self._end(procs)
@@ -191,10 +190,8 @@ class ScriptRun:
         """Let every process exit on its own (within the grace period), then kill what is left."""
         deadline = time.monotonic() + (0 if self.killed_why else self.grace)
         for p in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # what is left is killed next (_kill)
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
 
     def _result(self, sent: dict[str, Any] | None, procs, wall: float) -> TrainResult:
         codes = [p.poll() for p in procs]
@@ -246,11 +243,9 @@ def _read_lines(fd: int, out: queue.Queue) -> None:
 
 
 def _reply(stream, message: dict[str, Any]) -> None:
-    try:
+    with contextlib.suppress(OSError):  # the script is gone (a broken pipe): nothing to answer
         stream.write(json.dumps(message) + "\n")
         stream.flush()
-    except (BrokenPipeError, OSError):
-        pass
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:

@@ -99,3 +99,34 @@ class Stepper:
             optimizer.zero_grad(set_to_none=True)
         for scheduler in schedulers:
             scheduler.step()
+
+
+class InForwardContext(torch.nn.Module):
+    """The training model with its forward run in the run's forward context (autocast, attention); floating
+    outputs come back in fp32. A wrapper, not a patch: `model` itself (and an EMA/SWA copy of it) stays as is."""
+
+    def __init__(self, inner: torch.nn.Module, context):
+        super().__init__()
+        self.inner = inner
+        self._context = context
+
+    def forward(self, *args, **kwargs):
+        with self._context():
+            out = self.inner(*args, **kwargs)
+        return _to_fp32(out)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # the model's own attributes and methods
+            return getattr(self.inner, name)
+
+
+def _to_fp32(out):
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
+    if isinstance(out, (list, tuple)):
+        return type(out)(_to_fp32(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _to_fp32(v) for k, v in out.items()}
+    return out

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from autospeed.cli import main
-from autospeed.search.storage import search_lock, search_root
+from autospeed.search.storage import LOCK_FILE, search_lock, search_root
 
 from .conftest import error_lines, search_runs
 from .test_bad_input import GOOD
@@ -46,5 +46,5 @@ def test_a_second_search_of_a_running_name_refuses_and_a_killed_holder_frees_the
     finally:
         os.kill(holder.pid, signal.SIGKILL)  # the first search dies without a word: its lock goes with it
         holder.wait()
-    with search_lock(root, "bad"):  # free: the next search of the name (a --resume) goes on
-        pass
+    with search_lock(root, "bad"):  # free: the next search of the name (a --resume) goes on, and says who it is
+        assert f"pid {os.getpid()}" in (root / LOCK_FILE).read_text().replace('"pid": ', "pid ")

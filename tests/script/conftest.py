@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 TINY_SCRIPT = textwrap.dedent('''
-    import argparse, json, os, sys, time
+    import argparse, json, os, sys, threading, time
     import torch
     from torch import nn
     from torch.utils.data import TensorDataset
@@ -75,7 +75,7 @@ TINY_SCRIPT = textwrap.dedent('''
     micro_since_step, steps = 0, 0
     for x, y in ctx.steps(loader):
         if args.gate and not os.environ.get("AUTOSPEED_PREFLIGHT"):  # the search's preflight passes
-            while not os.path.exists(os.path.join(args.gate, "go")):
+            while not os.path.exists(os.path.join(args.gate, "go")):  # a state the test sets, polled
                 time.sleep(0.01)
         loss = nn.functional.cross_entropy(net(x), y)
         ctx.backward(loss)
@@ -92,11 +92,10 @@ TINY_SCRIPT = textwrap.dedent('''
             if args.crash_at_step == steps:
                 raise RuntimeError(f"boom at step {steps}")
             if args.hang_at_step == steps:
-                while True:
-                    time.sleep(1)
+                threading.Event().wait()  # a hang: blocks forever, on no clock
         if ctx.should_eval():
             with ctx.paused():
-                time.sleep(args.eval_seconds)
+                time.sleep(args.eval_seconds)  # the evaluation's duration itself (what the test measures)
                 vx, vy = val_ds.tensors
                 with torch.no_grad():
                     acc = (model(vx.to(ctx.device)).argmax(1) == vy.to(ctx.device)).float().mean().item()
