@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 
-from autospeed.errors import RunFailure, UserError
+from autospeed.errors import Interrupted, RunFailure, UserError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -137,9 +137,14 @@ def cmd_search(args) -> int:
         raise UserError(f"--trials: must be >= 1, got {args.trials}")
     if args.name:
         spec = spec.model_copy(update={"name": args.name})
-    outcome = run_search(spec, Path(args.space).read_text(), args.space, trials=args.trials,
-                         tracking_uri=args.tracking_uri, storage_path=args.storage_path,
-                         ray_address=args.ray_address, resume=args.resume, seed=args.seed, verbose=args.verbose)
+    try:
+        outcome = run_search(spec, Path(args.space).read_text(), args.space, trials=args.trials,
+                             tracking_uri=args.tracking_uri, storage_path=args.storage_path,
+                             ray_address=args.ray_address, resume=args.resume, seed=args.seed, verbose=args.verbose)
+    except Interrupted as e:  # stopped for a reason outside the user's keys, resumable: said, with how to resume
+        _err(f"search stopped: {e}")
+        print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     summary = outcome.summary
     if summary[tracking.M_BEST_TTA] is not None:
         sp, base = summary[tracking.M_SPEEDUP], summary[tracking.M_BASELINE_TTA]

@@ -15,3 +15,10 @@ class RunFailure(Exception):
     server, no trial reached the target). Exit code 1."""
 
     exit_code = 1
+
+
+class Interrupted(Exception):
+    """The search stopped as interrupted, resumable, for a reason outside the user's keys: a tracking store silent
+    past its grace, storage that refuses writes. Exit code 130, with the command that resumes it."""
+
+    exit_code = 130

@@ -160,6 +160,13 @@ class Predict(_Strict):
         return self.max_seconds if self.max_seconds is not None else 20.0 * budget_seconds
 
 
+class Tracking(_Strict):
+    """How long the search waits for a tracking store that stopped answering (track/outbox.py): trials train on
+    and their tracking writes are kept on disk meanwhile; past this the search stops as interrupted."""
+
+    grace_seconds: float = Field(900.0, gt=0)
+
+
 class Resources(_Strict):
     gpus_per_trial: int = Field(0, ge=0)  # whole GPUs only: co-located trials corrupt timings
     cpus_per_trial: int | None = Field(None, ge=1)  # default: all cores on CPU, 4 per GPU trial
@@ -183,6 +190,7 @@ class SearchSpec(_Strict):
     probe: Probe = Field(default_factory=Probe)
     predict: Predict = Field(default_factory=Predict)
     resources: Resources = Field(default_factory=Resources)
+    tracking: Tracking = Field(default_factory=Tracking)
     baseline: dict[str, Any] = Field(default_factory=dict)  # BASELINE_KEYS: the knobs, and its own budget
     fixed: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Param]

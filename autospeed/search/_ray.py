@@ -141,11 +141,14 @@ def check_storage_shared(folder, timeout_seconds: float = 300.0) -> None:
 
 
 def kill_stopped_trials_after(seconds: int) -> None:
-    """Tune stops a trial gracefully and kills its actor only after TUNE_FORCE_TRIAL_CLEANUP_S (600 s
-    by default). A data-parallel trial's actor is busy driving its Ray Train run (TorchTrainer.fit
-    waits on the Train controller), so an ASHA stop ends it only when the actor is killed; the Train
-    controller and workers it owns go with it and Ray Train frees their placement group. Until then
-    they hold the cores and GPUs the next trial needs. Read when the Tuner starts: call before it."""
+    """Tune stops a trial gracefully and kills its actor only when that has not ended it after
+    TUNE_FORCE_TRIAL_CLEANUP_S (600 s by default). A safety net only: on Ray 2.60 a stop ends the
+    actor at once (Tune schedules a trial's next step after the scheduler's decision, so the actor is
+    idle). It does not free a stopped data-parallel trial's cores: ending its actor ends Ray Train's
+    controller, and the workers' placement group outlives them (Ray Train's PlacementGroupCleaner asks
+    the state API, which a Ray without its dashboard does not serve). ASHA therefore never has Tune
+    stop such a trial; it asks its workers (search/data_parallel.py request_stop). Read when the
+    Tuner starts: call before it."""
     os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", str(seconds))
 
 

@@ -7,6 +7,7 @@ recipe index), which the trainable reads to replay it instead of training it aga
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -19,17 +20,38 @@ from autospeed.track import runs
 from autospeed.track import layout as t
 from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
 from autospeed.search.curve import PREDICTION_KEYS
-from autospeed.search.storage import SearchDir
+from autospeed.search.records import RERUN_OF
+from autospeed.search.storage import SearchDir, unwritable
 from autospeed.search.trainable import FINAL, recipe_of
 from autospeed.space import SearchSpec
 
 
+def _halts_on_write_errors(method):
+    """A write the search's folder refuses (a full disk, a read-only mount) halts the search (stopped as
+    interrupted, the path named) instead of ending Tune's loop with a traceback. The trial it was recording is
+    not in the ledger, so a resume trains it again into the same run."""
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            self.halt = self.halt or unwritable(e)
+    return wrapped
+
+
 class TrialTracker(Callback):
+    """Reads the store once (a resumed search's runs); writes through `outbox` (track/outbox.py), so a tracking
+    store that stops answering never holds up the trials. `halt`: why the search must stop as interrupted (the
+    store silent past its grace, storage that cannot be written); the stopper reads it."""
+
     def __init__(self, client, parent_run_id: str, search_id: str, spec: SearchSpec, total: int, console,
-                 search_dir: SearchDir):
+                 search_dir: SearchDir, outbox):
         from autospeed.show.live import SearchView
 
-        self.client, self.parent, self.search_id = client, parent_run_id, search_id
+        self.client, self.out, self.parent, self.search_id = client, outbox, parent_run_id, search_id
+        self.halt: str | None = None
+        self.console, self.told_down = console, False
         self.spec, self.search_dir = spec, search_dir
         parent = client.get_run(parent_run_id)
         self.experiment_id = parent.info.experiment_id
@@ -38,6 +60,7 @@ class TrialTracker(Callback):
         self.history: dict[str, list[tuple[float, float]]] = {}  # trial id -> what ASHA saw: (train s, target metric)
         self.errors_in_a_row: list[str] = []
         self.stop_reason: str | None = None
+        self.searcher = None  # tuner.LedgerFirstOptuna: told each result once the ledger holds it
         children = runs.child_runs(client, parent)
         for run in children:
             if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
@@ -55,6 +78,32 @@ class TrialTracker(Callback):
         # console and live view belong to this process; --resume attaches a fresh tracker.
         return {}
 
+    def on_step_end(self, iteration, trials, **info) -> None:
+        """Each turn of Tune's loop: say when the tracking store stops and starts answering again; past the grace,
+        halt (the stopper then stops the search as interrupted)."""
+        down, out = self.out.down_seconds(), self.out
+        if down and not self.told_down:
+            self.told_down = True
+            self.view.waiting = (f"waiting for the tracking store ({out.last_error}); {out.pending} writes kept in "
+                                 f"{out.path}; trials train on")
+            self.view.note(f"tracking: the store stopped answering ({out.last_error}); its writes are kept in "
+                           f"{out.path} and sent in order when it answers; trials train on, for up to "
+                           f"tracking.grace_seconds ({out.grace_seconds:g} s)")
+        elif not down and self.told_down:
+            self.say_tracking_back()
+        if out.past_grace() and self.halt is None:
+            self.halt = (f"the tracking store has not answered for {down:.0f} s (tracking.grace_seconds: "
+                         f"{out.grace_seconds:g}; last error: {out.last_error}); {out.pending} tracking writes are "
+                         f"kept in {out.path} and are sent when the search resumes")
+
+    def say_tracking_back(self) -> None:
+        """The line that ends an outage the view announced (also after the trials, when the last writes wait)."""
+        self.told_down, self.view.waiting = False, None
+        seconds, held = self.out.outages[-1] if self.out.outages else (0.0, 0)
+        self.view.note(f"tracking: the store answers again after {seconds:.0f} s; the {held} writes kept meanwhile "
+                       f"are sent in order")
+
+    @_halts_on_write_errors
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         from mlflow.entities import RunStatus
 
@@ -63,20 +112,27 @@ class TrialTracker(Callback):
         if run_id is not None and self.search_dir.finished(trial.trial_id) is not None:
             self.replayed.add(trial.trial_id)  # its run is final already; the trainable replays it
             return
+        rerun_of = trial.config.get(RERUN_OF)
+        if run_id is None and rerun_of in self.runs and self.search_dir.finished(rerun_of) is None:
+            # a rebuilt search trains an unfinished trial's recipe again as a new Tune trial: it takes over its run
+            run_id = self.runs[trial.trial_id] = self.runs.pop(rerun_of)
+            self.out.set_tag(run_id, t.TAG_TRIAL_ID, trial.trial_id)
+            self.out.set_tag(run_id, t.TAG_RERUN_OF, rerun_of)
         if run_id is None:
             index = int(trial.trial_id.rsplit("_", 1)[-1]) if "_" in trial.trial_id else len(self.runs)
-            run = self.client.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
+            run = self.out.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
                                          tags={t.TAG_PARENT: self.parent, t.TAG_SEARCH_ID: self.search_id,
                                                t.TAG_TRIAL_ID: trial.trial_id, t.TAG_KIND: t.KIND_TRIAL,
                                                t.TAG_BASELINE: str(baseline).lower()})
             run_id = self.runs[trial.trial_id] = run.info.run_id
-            t.log_batch(self.client, run_id, params=t.recipe_params(recipe_of(self.spec, trial.config).training_fields()))
+            t.log_batch(self.out, run_id, params=t.recipe_params(recipe_of(self.spec, trial.config).training_fields()))
         else:  # resumed: the same run continues
-            self.client.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
-        self.client.set_tag(run_id, t.TAG_STATUS, Status.RUNNING.value)
+            self.out.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
+        self.out.set_tag(run_id, t.TAG_STATUS, Status.RUNNING.value)
         self.history[trial.trial_id] = []
         self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
 
+    @_halts_on_write_errors
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if trial.trial_id in self.replayed:
             return
@@ -86,10 +142,12 @@ class TrialTracker(Callback):
         if result.get(FINAL) is False:
             # The first evaluation says where the trial runs: tagged now, so a trial ASHA stops has it too.
             tags = t.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
-            t.log_batch(self.client, self.runs[trial.trial_id], t.eval_metrics(result), tags=tags)
+            t.log_batch(self.out, self.runs[trial.trial_id], t.eval_metrics(result), tags=tags)
 
+    @_halts_on_write_errors
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         if trial.trial_id in self.replayed:
+            self._tell(trial.trial_id)
             return
         last = trial.last_result or {}
         if last.get(FINAL):
@@ -101,6 +159,7 @@ class TrialTracker(Callback):
                 last = {**last, "tta_seconds": last["train_seconds"]}
         self._finish(trial, status, last, last.get("error") or None)
 
+    @_halts_on_write_errors
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         message = "trial process failed"
         if getattr(trial, "error_file", None) and Path(trial.error_file).exists():
@@ -140,13 +199,13 @@ class TrialTracker(Callback):
             tags[t.TAG_NODE] = last["node"]
         if last.get("applied"):
             tags.update(t.applied_tags(json.loads(last["applied"])))
-        t.log_batch(self.client, run_id, t.final_metrics(final, score), tags=tags)
+        t.log_batch(self.out, run_id, t.final_metrics(final, score), tags=tags)
         recipe_yaml = last.get("recipe_yaml") or recipe_of(self.spec, trial.config).to_yaml()
-        self.client.log_text(run_id, recipe_yaml, "recipe.yaml")
+        self.out.log_text(run_id, recipe_yaml, "recipe.yaml")
         if last.get("stderr_tail"):  # a user's script that failed: the end of what it printed (train.script_run)
-            self.client.log_text(run_id, last["stderr_tail"], "stderr_tail.txt")
+            self.out.log_text(run_id, last["stderr_tail"], "stderr_tail.txt")
         terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
-        self.client.set_terminated(run_id, RunStatus.to_string(terminal))
+        self.out.set_terminated(run_id, RunStatus.to_string(terminal))
         # the target metric's key holds its best value: what the scheduler reads from a replayed report
         # (NaN before any evaluation: Tune requires the key, ASHA ignores NaN)
         standing = {**bests, self.target.metric: best if best is not None else math.nan}
@@ -163,9 +222,15 @@ class TrialTracker(Callback):
                 "trial_id": trial.trial_id, "status": status.value, "tta_seconds": tta, "objective": score,
                 **standing, "error": error or "",
                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")})
+        self._tell(trial.trial_id)
         self._progress(trial, status, tta, best, last.get("duplicate_of"), json.loads(last.get("applied") or "{}"),
                        _predicted_text(tags, predicted))
         self._count_errors(status, error)
+
+    def _tell(self, trial_id: str) -> None:
+        """The study hears a trial's result only once the ledger holds it (tuner.LedgerFirstOptuna)."""
+        if self.searcher is not None:
+            self.searcher.tell(trial_id)
 
     def _progress(self, trial, status: Status, tta: float | None, best: float | None,
                   duplicate_of: str | None, applied: dict[str, Any] | None = None,
@@ -174,8 +239,8 @@ class TrialTracker(Callback):
         label = "baseline" if baseline else trial.trial_id
         if duplicate_of:
             label += f" (repeats {duplicate_of}'s recipe: its result, not trained again)"
-        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, {} if baseline else trial.config,
-                           applied, predicted=predicted)
+        knobs = {} if baseline else {k: v for k, v in trial.config.items() if k != RERUN_OF}
+        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, knobs, applied, predicted=predicted)
 
     def _count_errors(self, status: Status, error: str | None) -> None:
         """The same error N trials in a row means the search is broken, not the recipes."""

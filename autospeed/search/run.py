@@ -18,10 +18,11 @@ from typing import Any
 from autospeed.train.script_options import is_script
 from autospeed.track import runs
 from autospeed.track import layout as t
-from autospeed.errors import RunFailure, UserError
+from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.outcome import Status
 from autospeed.search import _ray
-from autospeed.search.storage import SearchDir, check_writable, latest_search_dir, search_lock, search_root
+from autospeed.search.storage import (SearchDir, check_writable, latest_search_dir, search_lock, search_root,
+                                      write_refused)
 from autospeed.space import Param, SearchSpec
 from autospeed.yamlio import write_atomic
 
@@ -117,7 +118,9 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     _ray.check_storage_shared(root)  # trials read the search's files where they run
 
     if state is not None:
-        search_dir, search_id, parent_id = latest_search_dir(storage_path, spec.name), state["search_id"], state["parent_run_id"]
+        search_dir, search_id = latest_search_dir(storage_path, spec.name), state["search_id"]
+        parent_id = _parent_of(client, spec, space_text, space_path, search_dir, state)
+        outbox = _outbox(client, search_dir, spec, console)  # what an earlier session had not sent goes first
         _reopen_parent(client, parent_id)
         if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
             state.pop("extended_from")
@@ -127,6 +130,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
         parent_id = _open_parent(client, spec, space_text, space_path, search_id, search_dir, total, seed)
+        outbox = _outbox(client, search_dir, spec, console)
     print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, target {spec.resolved_target.describe()}, "
           f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
 
@@ -138,9 +142,11 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     try:
         explore_start = time.perf_counter()
         searched = _probed(spec, client, parent_id, search_id, search_dir, resources, threads, console)
-        outcome.interrupted, outcome.stop_reason = _trials(
-            searched, client, parent_id, search_id, search_dir, console, total=total, resources=resources,
+        outcome.interrupted, outcome.stop_reason, halt = _trials(
+            searched, client, parent_id, search_id, search_dir, outbox, console, total=total, resources=resources,
             concurrent=concurrent, threads=threads, seed=seed, resume=state is not None, verbose=verbose)
+        if halt is not None:
+            raise Interrupted(halt)
         explored_seconds += time.perf_counter() - explore_start
         with t.interrupts_held():
             t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_SECONDS: explored_seconds}))
@@ -164,12 +170,15 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
         _close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
     except BaseException as e:
-        # A crash or an interrupt outside the trials: leave no run claiming to be RUNNING.
-        killed = isinstance(e, KeyboardInterrupt)
-        _close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
-                      None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
+        # A crash or an interrupt outside the trials: leave no run claiming to be RUNNING. A store that does not
+        # answer cannot be told: the resume sends the kept writes first, then marks what is left KILLED.
+        killed = isinstance(e, (KeyboardInterrupt, Interrupted))
+        if not (isinstance(e, Interrupted) and not outbox.flush(min(30.0, spec.tracking.grace_seconds))):
+            _close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
+                          None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
         raise
     finally:
+        outbox.close()
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
             signal.signal(signal.SIGINT, previous_sigint)
@@ -215,17 +224,21 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     return decision.spec
 
 
-def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir, console, *,
+def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir, outbox, console, *,
             total: int, resources: dict[str, float], concurrent: int, threads: int, seed: int, resume: bool,
-            verbose: bool) -> tuple[bool, str | None]:
-    """Every trial under Ray Tune. Returns (interrupted, stop reason)."""
+            verbose: bool) -> tuple[bool, str | None, str | None]:
+    """Every trial under Ray Tune. Returns (interrupted, stop reason, halt: why the search must stop as
+    interrupted, resumable: its tracking store silent past the grace, its storage refusing writes).
+
+    Tune records the trials a halt stopped as ended, though none reached its end; the resume sees them missing
+    from the ledger and rebuilds from the records, which train them again (_resume_mode)."""
     from ray import tune
 
     from autospeed.search.callback import TrialTracker
     from autospeed.search.trainable import trainable, trial_resources
     from autospeed.search.tuner import build_tuner
 
-    tracker = TrialTracker(client, parent_id, search_id, spec, total, console, search_dir)
+    tracker = TrialTracker(client, parent_id, search_id, spec, total, console, search_dir, outbox)
     spec_json = spec.model_dump_json()
     gpus = resources["gpu"]
     if spec.most_workers()[0] > 1:
@@ -235,17 +248,85 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec_json, threads=threads,
                                                      search_dir=str(search_dir.path), gpus=gpus), resources)
     interrupted = False
+    mode, to_run = _resume_mode(spec, search_dir, total, console) if resume else (None, total)
     try:
-        tuner = build_tuner(spec, bound, search_dir, tracker, trials=total, concurrent=concurrent, seed=seed,
-                            resume=resume, verbose=verbose)
-        tuner.fit()  # on Ctrl-C/SIGTERM Tune stops the trials, saves the experiment and returns
+        if to_run > 0:  # a rebuilt search whose trials had all finished has none left to run
+            tuner, tracker.searcher = build_tuner(spec, bound, search_dir, tracker, trials=to_run,
+                                                  concurrent=concurrent, seed=seed, resume=mode, verbose=verbose)
+            tuner.fit()  # on Ctrl-C/SIGTERM Tune stops the trials, saves the experiment and returns
     except KeyboardInterrupt:
         interrupted = True
+    except Exception as e:  # noqa: BLE001 - Optuna's or Tune's own write refused by a full disk: a halt too
+        tracker.halt = tracker.halt or write_refused(e, search_dir.path / "optuna.db")
+        if tracker.halt is None:
+            raise
     finally:
         tracker.view.close()
+    if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (_resume_mode)
+        return True, None, tracker.halt
+    if not outbox.flush(spec.tracking.grace_seconds):  # the trials' records must be in the store to read them
+        return True, None, (f"the tracking store did not take the search's last {outbox.pending} writes within "
+                            f"tracking.grace_seconds ({spec.tracking.grace_seconds:g} s; last error: "
+                            f"{outbox.last_error}); they are kept in {outbox.path} and are sent when the search "
+                            f"resumes")
+    if tracker.told_down:
+        tracker.say_tracking_back()
     rows = runs.trial_rows(client, client.get_run(parent_id))
     unfinished = len(rows) < total or any(r.status == Status.RUNNING for r in rows)
-    return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason
+    return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason, None
+
+
+def _outbox(client, search_dir: SearchDir, spec: SearchSpec, console):
+    """The search's tracking outbox (track/outbox.py); a resumed search's kept writes are sent before anything
+    reads the store."""
+    from autospeed.track.outbox import Outbox
+
+    outbox = Outbox(client, search_dir.path, spec.tracking.grace_seconds)
+    kept = outbox.pending
+    if kept:
+        if not outbox.flush(spec.tracking.grace_seconds):
+            outbox.close()
+            raise RunFailure(f"the tracking store did not take the {kept} tracking writes an earlier session kept in "
+                             f"{outbox.path} ({outbox.last_error}); check the tracking server, then resume again")
+        print(f"resume: sent the {_n(kept, 'tracking write')} an earlier session had kept on disk", file=console,
+              flush=True)
+    return outbox
+
+
+def _resume_mode(spec: SearchSpec, search_dir: SearchDir, total: int, console) -> tuple[str, int]:
+    """How a resumed search goes on, and how many trials its Tuner runs: ("restore", the search's total) from
+    Ray Tune's own state when it is whole, else ("rebuild", the trials not finished) from the search's records,
+    said in one line (search/records.py). Either way the study is first brought level with the ledger."""
+    from autospeed.search import records
+
+    problem = records.tune_state_problem(search_dir.path)
+    keep: set[str] = set()
+    if problem is None:
+        try:
+            tune_trials = records.tune_trials(search_dir.path)
+        except Exception as e:  # noqa: BLE001 - whole files Ray cannot read back: rebuilt like torn ones
+            problem = f"Ray Tune cannot read its state back ({type(e).__name__}: {str(e)[:200]})"
+        else:
+            keep = {i for i, status in tune_trials.items() if status not in ("TERMINATED", "ERROR")}
+            # ended in Tune's eyes but never recorded: stopped by a halt, or its record failed (a full disk)
+            lost = [i for i in set(tune_trials) - keep if search_dir.finished(i) is None]
+            if lost:
+                problem = f"Ray Tune's state holds {_n(len(lost), 'trial')} as ended that never finished"
+    if problem is None:
+        records.reconcile_study(search_dir, spec.name, keep)
+        return "restore", total
+    finished = len(search_dir.finished_ids())
+    aside = records.set_aside_tune_state(search_dir.path) if records.tune_state_files(search_dir.path) else None
+    fixed = records.reconcile_study(search_dir, spec.name)
+    print(f"resume: {problem}; rebuilt the search from its own records: {_n(finished, 'finished trial')} kept "
+          f"(ledger), {_n(len(fixed.rerun), 'unfinished trial')} trained again with the same parameters (Optuna "
+          f"study, {_n(fixed.study_trials, 'trial')}) into the same MLflow runs"
+          + (f"; Tune's files set aside in {aside.name}/" if aside else ""), file=console, flush=True)
+    return "rebuild", total - finished
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
@@ -325,7 +406,8 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
     state = folder.read_state()
     # re-validated, the stored spec gains the defaults of keys added since it was written (probe, ...)
     stored = SearchSpec.model_validate(state["spec"]).model_dump(mode="json")
-    changed = _changed_keys(stored, spec.model_dump(mode="json"))
+    # how long to wait for a tracking store is the session's, not the search's: it may change on resume
+    changed = [k for k in _changed_keys(stored, spec.model_dump(mode="json")) if not k.startswith("tracking.")]
     if changed:
         raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                         f"restore those keys to resume, or start a new search without --resume")
@@ -340,17 +422,32 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
 
 def _open_parent(client, spec: SearchSpec, space_text: str, space_path: str, search_id: str, search_dir: SearchDir,
                  total: int, seed: int) -> str:
+    """The search's state on disk first, then its parent run: a driver killed in between leaves a search that
+    --resume finds, and whose parent it finds or creates (_parent_of), never a second parent."""
     search_dir.path.mkdir(parents=True)
-    parent = client.create_run(t.experiment_id(client, spec.name), run_name=f"search-{search_id}",
-                               tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id,
-                                     t.TAG_EXPERIMENT_DIR: str(search_dir.path), t.TAG_TRIALS: str(total)})
-    parent_id = parent.info.run_id
-    spec_dump = spec.model_dump(mode="json")
-    flat = {**_flatten(spec_dump), "trials": total, "sampler.seed": seed}
+    state = {"search_id": search_id, "parent_run_id": None, "name": spec.name, "space_path": str(space_path),
+             "spec": spec.model_dump(mode="json"), "trials": total, "seed": seed}
+    search_dir.write_state(state)
+    return _parent_of(client, spec, space_text, space_path, search_dir, state)
+
+
+def _parent_of(client, spec: SearchSpec, space_text: str, space_path: str, search_dir: SearchDir,
+               state: dict[str, Any]) -> str:
+    """The search's parent run: the one its state names, else the one tagged with its search id (a kill before
+    the state named it), else a new one; its params and space file logged (again: the same values)."""
+    if state.get("parent_run_id"):
+        return state["parent_run_id"]
+    search_id, experiment = state["search_id"], t.experiment_id(client, spec.name)
+    found = client.search_runs([experiment], f"tags.`{t.TAG_SEARCH_ID}` = '{search_id}' and "
+                                             f"tags.`{t.TAG_KIND}` = '{t.KIND_SEARCH}'", max_results=1)
+    parent_id = found[0].info.run_id if found else client.create_run(
+        experiment, run_name=f"search-{search_id}",
+        tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id, t.TAG_EXPERIMENT_DIR: str(search_dir.path),
+              t.TAG_TRIALS: str(state["trials"])}).info.run_id
+    flat = {**_flatten(state["spec"]), "trials": state["trials"], "sampler.seed": state["seed"]}
     t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
     client.log_text(parent_id, space_text, Path(space_path).name)
-    search_dir.write_state({"search_id": search_id, "parent_run_id": parent_id, "name": spec.name,
-                            "space_path": str(space_path), "spec": spec_dump, "trials": total, "seed": seed})
+    search_dir.write_state({**state, "parent_run_id": parent_id})
     return parent_id
 
 

@@ -83,6 +83,29 @@ def check_writable(root: Path) -> None:
         raise RunFailure(f"--storage-path: cannot write to {root} ({e.strerror}); pick a writable folder") from None
 
 
+def unwritable(error: OSError) -> str:
+    """One line for a write the storage refused (ENOSPC, EROFS, EDQUOT...): what, where, and the fix."""
+    where = error.filename or "the search's folder"
+    return (f"cannot write {where}: {error.strerror or error}; free space there (or make it writable), "
+            f"then resume the search")
+
+
+def write_refused(error: BaseException, study: Path) -> str | None:
+    """unwritable()'s line when `error` (or what caused it) is a write the disk refused: no space, no quota, a
+    read-only file system, or SQLite's "database or disk is full" (Optuna's study at `study`); None for anything
+    else."""
+    import errno
+
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            return unwritable(seen)
+        if "database or disk is full" in str(seen):
+            return f"cannot write {study}: database or disk is full; free space there, then resume the search"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def recipe_key(training_fields: dict[str, Any]) -> str:
     """Identity of a recipe: every training field (seed included), hashed."""
     return hashlib.sha256(json.dumps(training_fields, sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -123,6 +146,10 @@ class SearchDir:
             return None
         entry = json.loads(path.read_text())
         return {k: v for k, v in entry.items() if k not in _LEDGER_ONLY}
+
+    def finished_ids(self) -> list[str]:
+        """Trial ids the ledger holds."""
+        return [p.stem for p in (self.path / "finished").glob("*.json")]
 
     def record_finished(self, trial_id: str, final_report: dict[str, Any], *, baseline: bool = False,
                         history: list[tuple[float, float]] = ()) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from autospeed.train.script_options import is_script
 from autospeed.search.curve import TrialCurve, cap_seconds
+from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
 from autospeed.track.layout import METRIC_NAMES
@@ -24,7 +25,7 @@ FINAL = "final"  # key of the last report of a trial that ended on its own
 
 def recipe_of(spec: SearchSpec, config: dict[str, Any]):
     """The recipe a trial's config stands for: the baseline (trial 0) or the sampled knobs."""
-    params = {k: v for k, v in config.items() if k != "baseline"}
+    params = {k: v for k, v in config.items() if k not in ("baseline", RERUN_OF)}
     return spec.recipe_for(params, baseline=config.get("baseline", False))
 
 
@@ -145,12 +146,15 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
 def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, trial_id: str,
                    predict: dict[str, Any], cap: float) -> None:
     """This trial as the driver of a Ray Train run on the recipe's workers; Ray's TuneReportCallback
-    hands rank 0's reports to Tune."""
+    hands rank 0's reports to Tune. The workers stop at the first evaluation that finds the trial's
+    stop file, which ASHA writes (data_parallel.request_stop)."""
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from autospeed.search.data_parallel import DRIVER_CPUS, fit, worker_threads
+    from autospeed.search.data_parallel import DRIVER_CPUS, fit, stop_file, worker_threads
 
-    config = {"recipe": recipe.model_dump_json(), "key": key,
+    stop = stop_file(folder.path, trial_id)
+    stop.unlink(missing_ok=True)  # a request to this trial's earlier run, which a killed search left: it starts over
+    config = {"recipe": recipe.model_dump_json(), "key": key, "stop_file": str(stop),
               "threads": worker_threads(recipe.workers, cpus), "predict": predict, "cap": cap}
     fit(_trial_worker, config, workers=recipe.workers, cpus=cpus, gpus=gpus > 0, driver_cpus=DRIVER_CPUS,
         storage_path=str(folder.path / "train"), name=trial_id, callbacks=[TuneReportCallback()])
@@ -158,15 +162,25 @@ def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, tr
 
 def _trial_worker(config: dict[str, Any]) -> None:
     """One Ray Train worker of a trial: every worker reports at the same evaluations (Ray Train's
-    report is a barrier); Tune receives rank 0's."""
+    report is a barrier); Tune receives rank 0's, which names the trial's stop file for ASHA. Once
+    that file exists the run stops (the trainer stops every worker when one asks) and sends its
+    final report: the trial ends on its own, `stopped_early`."""
+    import os
+
     import ray.train
 
     from autospeed.recipe import Recipe
+    from autospeed.search.data_parallel import STOP_FILE
     from autospeed.train.trainer import train
 
     recipe = Recipe.model_validate_json(config["recipe"])
     reports = TrialReports(recipe, config["key"], node(), config.get("predict"), config.get("cap", 0.0))
-    r = train(recipe, on_eval=lambda e: ray.train.report(reports.evaluation(e)), num_threads=config["threads"])
+
+    def on_eval(e) -> bool:
+        ray.train.report({**reports.evaluation(e), STOP_FILE: config["stop_file"]})
+        return os.path.exists(config["stop_file"])
+
+    r = train(recipe, on_eval=on_eval, num_threads=config["threads"])
     ray.train.report(reports.final(r))
 
 

@@ -10,6 +10,7 @@ from ray.tune import Stopper
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator
+from ray.tune.search.optuna import OptunaSearch
 
 from autospeed.recipe import Target
 from autospeed.search import _ray
@@ -40,12 +41,59 @@ def make_sampler(spec: SearchSpec, concurrent: int, seed: int):
 def make_searcher(spec: SearchSpec, storage_url: str, study_name: str, concurrent: int, seed: int):
     """Ray's OptunaSearch over the space's define-by-run function, with its study in `storage_url`."""
     import optuna
-    from ray.tune.search.optuna import OptunaSearch
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return OptunaSearch(space=spec.define_by_run, metric=OBJECTIVE, mode="min",
-                        sampler=make_sampler(spec, concurrent, seed), study_name=study_name,
-                        storage=optuna.storages.RDBStorage(storage_url))
+    return LedgerFirstOptuna(spec, metric=OBJECTIVE, mode="min", sampler=make_sampler(spec, concurrent, seed),
+                             study_name=study_name, storage=optuna.storages.RDBStorage(storage_url))
+
+
+class LedgerFirstOptuna(OptunaSearch):
+    """Ray's OptunaSearch with two additions that let a resume rebuild the search from its records
+    (search/records.py):
+    - each study trial carries its Tune trial id (user attr `tune_trial_id`), and a study trial enqueued
+      as a rerun of an unfinished one (`rerun_of`) gives its trial config that key, so the new trial
+      takes over the old one's MLflow run;
+    - a trial's result is told to the study only after the tracking callback has put it in the ledger
+      (`tell`): Tune tells the searcher first, and a kill between the two would leave a study trial
+      finished that the ledger and MLflow do not hold."""
+
+    def __init__(self, spec: SearchSpec, **kwargs):
+        self.spec = spec
+        self._asking: str | None = None
+        self._untold: dict[str, tuple[dict | None, bool]] = {}
+        super().__init__(space=self._define_by_run, **kwargs)
+
+    def _define_by_run(self, trial) -> dict:
+        from autospeed.search.records import BASELINE, RERUN_OF, TUNE_TRIAL_ID
+
+        trial.set_user_attr(TUNE_TRIAL_ID, self._asking)
+        if trial.user_attrs.get(RERUN_OF) is not None:  # enqueued by a resume: the same recipe, trained again
+            if trial.user_attrs.get(BASELINE):
+                return {"baseline": True, RERUN_OF: trial.user_attrs[RERUN_OF]}
+            self.spec.suggest(trial)
+            return {"baseline": False, RERUN_OF: trial.user_attrs[RERUN_OF]}
+        return self.spec.define_by_run(trial)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Tune restores the pickled searcher's whole state into this one: keep this process's define-by-run
+        function (the pickled one belongs to the dead process's copy) and its own untold results (a dead
+        process's untold ones are told from the ledger: records.reconcile_study)."""
+        mine = {"spec": self.spec, "_space": self._space, "_asking": None, "_untold": self._untold}
+        super().restore(checkpoint_path)
+        self.__dict__.update(mine)
+
+    def suggest(self, trial_id: str):
+        self._asking = trial_id
+        return super().suggest(trial_id)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self._untold[trial_id] = (result, error)  # told once the ledger holds the trial (tell)
+
+    def tell(self, trial_id: str) -> None:
+        """Tell the study the trial's result, now that the ledger holds it."""
+        if trial_id in self._untold:
+            result, error = self._untold.pop(trial_id)
+            super().on_trial_complete(trial_id, result=result, error=error)
 
 
 class BaselineKeepingASHA(ASHAScheduler):
@@ -61,10 +109,14 @@ class BaselineKeepingASHA(ASHAScheduler):
     above 1 because confirmation re-ranks within the noise of one TTA measurement (fast.yaml's top
     recipes: up to +-20% between seeds).
 
-    Data-parallel trials (reports with `workers` > 1) are recorded but never stopped either: Tune
-    ends a stopped trial by ending its actor, and a data-parallel trial's actor is blocked driving
-    its Ray Train run, so the stop would hold the run's cores and GPUs until Tune's forced clean-up
-    (seen on Ray 2.60: the next trial waited minutes). They end at the target, the budget or the epochs."""
+    A data-parallel trial (one whose reports name a stop file: it drives Ray Train workers) is stopped
+    like any other, but by its workers: the scheduler writes that file (data_parallel.request_stop)
+    and lets the trial go on; the workers end the Ray Train run at their next evaluation and the trial ends with its final
+    report (`stopped_early`), its cores freed by Ray Train's own shutdown. Tune's STOP would end the
+    trial's actor and with it Ray Train's controller, whose workers' placement group then outlived
+    them (Ray 2.60, without the dashboard's state API): the next trial never got the cores. The rungs
+    keep the report the stop was decided on, as for a trial Tune stops; its later reports are not
+    counted."""
 
     def __init__(self, *, max_t: float, target: Target, keep: int = 1, incumbent_margin: float | None = None,
                  **kwargs):
@@ -75,6 +127,7 @@ class BaselineKeepingASHA(ASHAScheduler):
         self.keep = max(1, keep)
         self.incumbent_margin = incumbent_margin
         self.reached_seconds: dict[str, float] = {}  # trial id -> its TTA (the baseline's not among them)
+        self.stopping: dict[str, dict] = {}  # data-parallel trial asked to stop -> the report it was stopped on
 
     def tta_cap(self) -> float | None:
         """Train seconds past which an unreached trial cannot be among the `keep` best (None: not yet known)."""
@@ -83,6 +136,19 @@ class BaselineKeepingASHA(ASHAScheduler):
         return self.incumbent_margin * sorted(self.reached_seconds.values())[self.keep - 1]
 
     def on_trial_result(self, tune_controller, trial, result):
+        from autospeed.search.data_parallel import STOP_FILE, request_stop
+
+        if trial.trial_id in self.stopping:  # its workers stop at their next evaluation: no longer counted
+            return TrialScheduler.CONTINUE
+        decision = self._decide(tune_controller, trial, result)
+        if decision == TrialScheduler.STOP and result.get(STOP_FILE):  # a trial that drives Ray Train workers
+            request_stop(result[STOP_FILE])
+            self.stopping[trial.trial_id] = result
+            return TrialScheduler.CONTINUE
+        return decision
+
+    def _decide(self, tune_controller, trial, result):
+        """ASHA's decision, but the baseline goes on, and a trial past the incumbents' cap stops."""
         decision = super().on_trial_result(tune_controller, trial, result)
         if trial.config.get("baseline"):  # to its own end: the baseline may have a longer budget than the trials
             return TrialScheduler.CONTINUE
@@ -92,12 +158,15 @@ class BaselineKeepingASHA(ASHAScheduler):
         if self.target.met(result.get(self.target_metric)):
             self.reached_seconds.setdefault(trial.trial_id, result.get("tta_seconds") or seconds)
             return decision
-        if result.get(WORKERS, 1) > 1:
-            return TrialScheduler.CONTINUE if seconds < self.max_train_seconds else decision
         cap = self.tta_cap()
         if cap is not None and seconds > cap:
             return TrialScheduler.STOP
         return decision
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        # A data-parallel trial asked to stop ends a moment later on its own: the rungs take the report it was
+        # stopped on, as Tune hands them a stopped trial's last report.
+        super().on_trial_complete(tune_controller, trial, self.stopping.pop(trial.trial_id, result))
 
     def replay(self, finished: list[tuple[str, bool, list[tuple[float, float]]]]) -> None:
         """Refill the rungs with finished trials' reports (trial id, baseline, (train seconds, target
@@ -106,11 +175,13 @@ class BaselineKeepingASHA(ASHAScheduler):
         for trial_id, baseline, history in finished:
             past = Trial("autospeed", config={"baseline": baseline}, trial_id=trial_id, stub=True)
             self.on_trial_add(None, past)
+            last = None
             for train_seconds, value in history:
-                self.on_trial_result(None, past, {"train_seconds": train_seconds, self.target_metric: value})
-            if history:
-                self.on_trial_complete(None, past, {"train_seconds": history[-1][0],
-                                                    self.target_metric: history[-1][1]})
+                last = {"train_seconds": train_seconds, self.target_metric: value}
+                if self.on_trial_result(None, past, last) == TrialScheduler.STOP:
+                    break  # Tune stopped it here (a data-parallel trial trained on to its next evaluation, uncounted)
+            if last is not None:
+                self.on_trial_complete(None, past, last)
             else:
                 self.on_trial_remove(None, past)
 
@@ -142,7 +213,8 @@ def make_scheduler(spec: SearchSpec) -> TrialScheduler:
 
 class ErrorStreakStopper(Stopper):
     """Ends the whole search when the tracking callback has seen the same error too many
-    trials in a row (callback.stop_reason): the search is broken, not the recipes.
+    trials in a row (callback.stop_reason): the search is broken, not the recipes; or when it
+    halts the search (callback.halt: run.py then stops it as interrupted).
 
     Tune pickles its stopper into the experiment state; the callback pickles to nothing,
     and a resumed search attaches this process's stopper and callback (_ray.reattach).
@@ -155,26 +227,31 @@ class ErrorStreakStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return getattr(self.callback, "stop_reason", None) is not None
+        # also when the callback halts the search (a tracking store silent past its grace, a full disk)
+        return (getattr(self.callback, "stop_reason", None) is not None
+                or getattr(self.callback, "halt", None) is not None)
 
 
 def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *, trials: int, concurrent: int,
-                seed: int, resume: bool, verbose: bool) -> tune.Tuner:
-    """A new Tuner, or the search's own restored from its experiment state (`Tuner.restore`).
+                seed: int, resume: str | None, verbose: bool) -> tuple[tune.Tuner, LedgerFirstOptuna]:
+    """A Tuner for `trials` trials and its Optuna searcher (the tracking callback tells it each result once the
+    ledger holds it). `resume`: None (a new search), "restore" (the search's own Tuner from its whole experiment
+    state, `Tuner.restore`; `trials` is the search's total) or "rebuild" (Tune's state was torn or missing: a
+    new Tuner for the `trials` not yet finished, its study the search's, search/records.py).
 
-    A restored one runs with this process's search loop (raised to `trials` when the search was
-    extended), its ASHA refilled from the finished trials, and its callback and stopper."""
+    A resumed one runs with this process's search loop (raised to `trials` when the search was extended), its
+    ASHA refilled from the finished trials, and its callback and stopper."""
     stopper = ErrorStreakStopper(callback)
-    search = SearchUpTo(ConcurrencyLimiter(make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed),
-                                           max_concurrent=concurrent), total=trials)
+    searcher = make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed)
+    search = SearchUpTo(ConcurrencyLimiter(searcher, max_concurrent=concurrent), total=trials)
     scheduler = make_scheduler(spec)
-    if resume and tune.Tuner.can_restore(str(search_dir.path)):
+    if resume and isinstance(scheduler, BaselineKeepingASHA):
+        scheduler.replay(search_dir.histories())
+    if resume == "restore":
         tuner = tune.Tuner.restore(str(search_dir.path), trainable=trainable, resume_unfinished=True,
                                    resume_errored=False, restart_errored=False)
-        if isinstance(scheduler, BaselineKeepingASHA):
-            scheduler.replay(search_dir.histories())
         _ray.reattach(tuner, [callback], stopper, verbose, search=search, scheduler=scheduler)
-        return tuner
+        return tuner, searcher
     return tune.Tuner(
         trainable,
         # The search loop is built here (not from max_concurrent_trials) so a resumed search can swap in its own.
@@ -187,4 +264,4 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
                                   # a trial never retries: its failures are results (an OOM repeats)
                                   failure_config=tune.FailureConfig(max_failures=0),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
-    )
+    ), searcher

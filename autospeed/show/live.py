@@ -161,6 +161,7 @@ class SearchView:
         self.closed = False
         self._lock = threading.Lock()  # rich's refresh thread reads what the driver's callbacks write
         self._display: Live | None = None
+        self.waiting: str | None = None  # what the search waits for (a tracking store that stopped answering)
 
     # ---- events
     def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_value: float | None,
@@ -196,6 +197,15 @@ class SearchView:
             display.refresh()
         else:
             print(f"{line} | {self.summary_line()}", file=self.stream, flush=True)
+
+    def note(self, line: str) -> None:
+        """A line of its own: above the block when redrawn, else (or once closed) printed."""
+        if self.live and not self.closed:
+            display = self._show()
+            display.console.print(line, markup=False)
+            display.refresh()
+        else:
+            print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         """Stop redrawing; leave the last status on screen (without the running line)."""
@@ -277,6 +287,8 @@ class SearchView:
             rows.append(("best", "no trial has reached the target yet"))
         rows.append(("baseline", self._baseline_text(base, best) if base is not None else "not finished yet"))
         rows.append(("time", self._time_text()))
+        if self.waiting:
+            rows.append(("tracking", self.waiting))
         return rows
 
     def _counts_text(self) -> str:

@@ -29,6 +29,7 @@ TAG_STATUS = "autospeed.status"
 TAG_BASELINE = "autospeed.baseline"
 TAG_ERROR = "autospeed.error"
 TAG_DUPLICATE_OF = "autospeed.duplicate_of"  # on a trial whose recipe an earlier trial already trained
+TAG_RERUN_OF = "autospeed.rerun_of"  # on a trial that trains an unfinished trial's recipe again after a rebuilt resume
 TAG_APPLIED = "autospeed.applied"  # on a trial: each knob and the value that took effect (JSON)
 # and, for the MLflow UI's columns, the values the batch knobs resolved to (micro_batch_size auto, lr_scaling)
 APPLIED_COLUMNS = ("micro_batch_size", "accumulation_steps", "effective_batch", "lr")

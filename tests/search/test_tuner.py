@@ -41,9 +41,7 @@ class _Trial:
         self.trial_id, self.config = trial_id, {"baseline": baseline}
 
 
-def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline_or_a_data_parallel_trial():
-    """A data-parallel trial's Tune actor is busy driving its Ray Train run: a stop would hold the
-    workers' resources until Tune's forced clean-up."""
+def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline():
     from ray.tune.schedulers import TrialScheduler
 
     from autospeed.search.tuner import make_scheduler
@@ -51,18 +49,63 @@ def test_asha_stops_a_weak_trial_at_a_rung_but_never_the_baseline_or_a_data_para
     spec = _spec(budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
     asha = make_scheduler(spec)
     strong, weak, base = _Trial("strong", False), _Trial("weak", False), _Trial("base", True)
-    parallel = _Trial("ddp", False)
-    for trial in (strong, weak, base, parallel):
+    for trial in (strong, weak, base):
         asha.on_trial_add(None, trial)
     assert asha.on_trial_result(None, strong, {"train_seconds": 1.0, "val_accuracy": 0.9}) == TrialScheduler.CONTINUE
     one_worker = {"train_seconds": 1.0, "val_accuracy": 0.1, "workers": 1}
     assert asha.on_trial_result(None, weak, one_worker) == TrialScheduler.STOP
     assert asha.on_trial_result(None, base, {"train_seconds": 1.0, "val_accuracy": 0.05}) == TrialScheduler.CONTINUE
-    two_workers = {"train_seconds": 1.0, "val_accuracy": 0.05, "workers": 2}
-    assert asha.on_trial_result(None, parallel, two_workers) == TrialScheduler.CONTINUE
     # past the trials' budget (ASHA's max_t) only the baseline goes on, to its own budget
     assert asha.on_trial_result(None, base, {"train_seconds": 12.0, "val_accuracy": 0.5}) == TrialScheduler.CONTINUE
     assert asha.on_trial_result(None, strong, {"train_seconds": 12.0, "val_accuracy": 0.99}) == TrialScheduler.STOP
+
+
+def test_asha_stops_a_data_parallel_trial_through_its_stop_file_and_counts_only_the_report_it_stopped_on(tmp_path):
+    """A trial whose reports name a stop file drives Ray Train workers: ASHA's stop creates the file (its workers
+    end the run at their next evaluation) instead of having Tune end the trial's actor, which would leave the
+    workers' cores held. The reports it sends meanwhile, and its final one, do not enter the rungs: a weak
+    stopped trial's later values would lower the bar there. The incumbent cap stops it the same way; a
+    data-parallel baseline is never stopped."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    spec = _spec(budget={"trials": 6, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
+    asha = make_scheduler(spec)  # rungs at 1, 2, 4 and 8 s
+    strong, weak, mid, later, base = (_Trial(n, n == "base") for n in ("strong", "weak", "mid", "later", "base"))
+    for trial in (strong, weak, mid, later, base):
+        asha.on_trial_add(None, trial)
+
+    def report(name: str, seconds: float, accuracy: float) -> dict:
+        return {"train_seconds": seconds, "val_accuracy": accuracy, "workers": 2,
+                "stop_file": str(tmp_path / "stop_requests" / name)}
+
+    asha.on_trial_result(None, strong, {"train_seconds": 1.0, "val_accuracy": 0.9})
+    asha.on_trial_result(None, strong, {"train_seconds": 2.0, "val_accuracy": 0.95})
+    assert asha.on_trial_result(None, weak, report("weak", 1.0, 0.1)) == TrialScheduler.CONTINUE
+    assert (tmp_path / "stop_requests" / "weak").exists()  # what its workers read at every evaluation
+    # its workers' next evaluation, past the 2 s rung, before they read the file: not counted
+    assert asha.on_trial_result(None, weak, report("weak", 2.1, 0.12)) == TrialScheduler.CONTINUE
+    asha.on_trial_result(None, mid, {"train_seconds": 1.0, "val_accuracy": 0.9})
+    # with weak's 0.12 in the 2 s rung its bar would be ~0.5, and 0.6 would go on
+    assert asha.on_trial_result(None, mid, {"train_seconds": 2.0, "val_accuracy": 0.6}) == TrialScheduler.STOP
+    asha.on_trial_complete(None, weak, {**report("weak", 2.1, 0.12), "final": True})  # ended on its own
+    asha.on_trial_result(None, later, {"train_seconds": 1.0, "val_accuracy": 0.9})
+    assert asha.on_trial_result(None, later, {"train_seconds": 2.0, "val_accuracy": 0.6}) == TrialScheduler.STOP
+
+    assert asha.on_trial_result(None, base, report("base", 1.0, 0.05)) == TrialScheduler.CONTINUE
+    assert not (tmp_path / "stop_requests" / "base").exists()
+
+    capped = make_scheduler(_spec(budget={"trials": 6, "max_train_seconds": 30}, confirm={"top_k": 1, "repeats": 2},
+                                  asha={"grace_seconds": 10, "reduction_factor": 2}))  # no rung before 10 s
+    fast, slow = _Trial("fast", False), _Trial("slow", False)
+    for trial in (fast, slow):
+        capped.on_trial_add(None, trial)
+    capped.on_trial_result(None, fast, {"train_seconds": 2.0, "val_accuracy": 0.95})
+    assert capped.on_trial_result(None, slow, report("slow", 2.5, 0.5)) == TrialScheduler.CONTINUE
+    assert not (tmp_path / "stop_requests" / "slow").exists()
+    assert capped.on_trial_result(None, slow, report("slow", 3.5, 0.6)) == TrialScheduler.CONTINUE  # past 1.5 x 2 s
+    assert (tmp_path / "stop_requests" / "slow").exists()
 
 
 def test_asha_stops_a_trial_that_can_no_longer_be_among_the_confirmed_once_it_passes_the_incumbents_tta():
@@ -122,6 +165,26 @@ def test_a_resumed_asha_compares_new_trials_with_the_finished_ones():
     resumed.replay(finished)
     resumed.on_trial_add(None, weak)
     assert resumed.on_trial_result(None, weak, {"train_seconds": 1.0, "val_accuracy": 0.1}) == TrialScheduler.STOP
+
+
+def test_a_resumed_asha_counts_a_stopped_data_parallel_trial_as_the_live_one_did():
+    """A stopped data-parallel trial's ledger history goes on past the report it was stopped on (its workers
+    trained to their next evaluation): the resumed ASHA stops counting it there, as the live one did, so its
+    later, weak values do not lower the bar of a higher rung for the new trials."""
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.search.tuner import make_scheduler
+
+    spec = _spec(budget={"trials": 4, "max_train_seconds": 10}, asha={"grace_seconds": 1, "reduction_factor": 2})
+    finished = [("strong", False, [(1.0, 0.9), (2.0, 0.95)]),
+                ("weak", False, [(1.0, 0.1), (2.1, 0.12), (2.1, 0.12)])]  # stopped at 1 s, ended at 2.1 s
+    resumed = make_scheduler(spec)
+    resumed.replay(finished)
+    new = Trial("autospeed", config={"baseline": False}, trial_id="new", stub=True)
+    resumed.on_trial_add(None, new)
+    resumed.on_trial_result(None, new, {"train_seconds": 1.0, "val_accuracy": 0.9})
+    assert resumed.on_trial_result(None, new, {"train_seconds": 2.0, "val_accuracy": 0.6}) == TrialScheduler.STOP
 
 
 def test_an_extended_search_loop_runs_to_the_new_count():

@@ -1,0 +1,220 @@
+"""A search's tracking writes, kept on disk until the tracking store has them (DESIGN.md "Crash anywhere,
+lose nothing").
+
+The tracking callback never waits on MLflow. Each write (a run created, a batch of metrics, params and tags,
+a tag, a status, a text artifact) is appended to a journal in the search's folder and synced; a sender thread
+delivers the journal in order. While the store does not answer (a tracking server restarting, a network
+partition) trials train on and the journal grows; the sender retries, and past `tracking.grace_seconds` of
+silence the search stops as interrupted. A killed driver loses nothing: a resumed search sends what the
+journal still holds before it reads the store.
+
+A run created through the outbox gets a local id (`outbox-...`) at once, resolved when the store has created
+it. The run carries that id as a tag, so a create sent twice (a kill between the store's answer and the
+journal's note of it) finds its run instead of making a second. Every other write is idempotent (MLflow keeps
+one copy of a metric logged twice with the same value, step and time).
+
+Journal lines: {"seq": n, "op": name, "args": {...}} a write; {"created": local id, "run_id": id} the store's
+id for a local one; {"sent": n} write n delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+JOURNAL = "tracking_outbox.jsonl"
+TAG_OUTBOX_ID = "autospeed.outbox_id"  # a run created through the outbox: its local id
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)  # between tries while the store does not answer, then every last one
+
+
+@dataclass
+class _Run:
+    """What create_run returns: enough of MLflow's Run for `run.info.run_id`."""
+
+    run_id: str
+
+    @property
+    def info(self) -> "_Run":
+        return self
+
+
+class Outbox:
+    """The subset of MlflowClient's writes the tracking callback makes, journaled and sent in order."""
+
+    def __init__(self, client, folder: Path, grace_seconds: float):
+        self.client, self.path, self.grace_seconds = client, Path(folder) / JOURNAL, grace_seconds
+        self._cond = threading.Condition()
+        self._pending: list[dict[str, Any]] = []  # written, not yet sent, in order
+        self._ids: dict[str, str] = {}  # local run id -> the store's
+        self._seq = 0
+        self.down_since: float | None = None  # monotonic time of the first failed try of the current outage
+        self.last_error = ""
+        self.outages: list[tuple[float, int]] = []  # (seconds down, writes held) of each outage that ended
+        self.dropped: list[str] = []  # writes the store refused (4xx): said, not retried
+        self._load()
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held for the search's life
+        self._closing = False
+        self._thread = threading.Thread(target=self._send_loop, name="autospeed-outbox", daemon=True)
+        self._thread.start()
+
+    # ---- the writes (MlflowClient's signatures) ----
+    def create_run(self, experiment_id: str, run_name: str | None = None, tags: dict[str, str] | None = None):
+        local = f"outbox-{uuid.uuid4().hex}"
+        self._put("create_run", experiment_id=experiment_id, run_name=run_name,
+                  tags={**(tags or {}), TAG_OUTBOX_ID: local}, local=local)
+        return _Run(local)
+
+    def log_batch(self, run_id: str, metrics=(), params=(), tags=()) -> None:
+        self._put("log_batch", run_id=run_id, metrics=[[m.key, m.value, m.timestamp, m.step] for m in metrics],
+                  params=[[p.key, p.value] for p in params], tags=[[t.key, t.value] for t in tags])
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self._put("set_tag", run_id=run_id, key=key, value=str(value))
+
+    def update_run(self, run_id: str, status: str) -> None:
+        self._put("update_run", run_id=run_id, status=status)
+
+    def set_terminated(self, run_id: str, status: str) -> None:
+        self._put("set_terminated", run_id=run_id, status=status)
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self._put("log_text", run_id=run_id, text=text, artifact_file=artifact_file)
+
+    # ---- state ----
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def down_seconds(self) -> float:
+        """How long the store has not answered (0 while it does)."""
+        return time.monotonic() - self.down_since if self.down_since is not None else 0.0
+
+    def past_grace(self) -> bool:
+        return self.down_seconds() > self.grace_seconds
+
+    def flush(self, timeout_seconds: float | None = None) -> bool:
+        """Wait until the store has every write (True), or `timeout_seconds` passed (False)."""
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        with self._cond:
+            while self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left if left is None else min(left, 1.0))
+        return True
+
+    def close(self) -> None:
+        """Stop the sender (what it has not sent stays in the journal, for the next session)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+        self._file.close()
+
+    # ---- the journal ----
+    def _load(self) -> None:
+        """An earlier session's journal: the writes it had not sent come first, in their order."""
+        if not self.path.exists():
+            return
+        ops, sent = [], 0
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:  # the last line, cut short by a kill: that write never returned to its caller
+                continue
+            if "op" in entry:
+                ops.append(entry)
+            elif "created" in entry:
+                self._ids[entry["created"]] = entry["run_id"]
+            elif "sent" in entry:
+                sent = max(sent, entry["sent"])
+        self._seq = max((op["seq"] for op in ops), default=0)
+        self._pending = [op for op in ops if op["seq"] > sent]
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        self._file.write(json.dumps(entry) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())  # on disk before the caller goes on (the ledger follows a final write)
+
+    def _put(self, op: str, **args: Any) -> None:
+        with self._cond:
+            self._seq += 1
+            entry = {"seq": self._seq, "op": op, "args": args}
+            self._append(entry)
+            self._pending.append(entry)
+            self._cond.notify_all()
+
+    # ---- the sender ----
+    def _send_loop(self) -> None:
+        tries = 0
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if self._closing:
+                    return
+                entry = self._pending[0]
+            try:
+                self._send(entry)
+            except Exception as e:  # noqa: BLE001 - every failure is either retried or said
+                if _refused(e):  # the store answered no (a bad value): retrying cannot help
+                    self.dropped.append(f"{entry['op']}: {str(e).splitlines()[0][:300]}")
+                else:
+                    self.last_error = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+                    if self.down_since is None:
+                        self.down_since = time.monotonic()
+                    with self._cond:
+                        self._cond.wait(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])
+                    tries += 1
+                    continue
+            with self._cond:
+                if self.down_since is not None:
+                    self.outages.append((self.down_seconds(), len(self._pending)))
+                    self.down_since, tries = None, 0
+                self._pending.pop(0)
+                self._append({"sent": entry["seq"]})
+                self._cond.notify_all()
+
+    def _send(self, entry: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        a, c = entry["args"], self.client
+        if entry["op"] == "create_run":
+            self._create(a)
+            return
+        run_id = self._ids.get(a["run_id"], a["run_id"])
+        if entry["op"] == "log_batch":
+            c.log_batch(run_id, metrics=[Metric(*m) for m in a["metrics"]], params=[Param(*p) for p in a["params"]],
+                        tags=[RunTag(*t) for t in a["tags"]])
+        elif entry["op"] == "set_tag":
+            c.set_tag(run_id, a["key"], a["value"])
+        elif entry["op"] == "update_run":
+            c.update_run(run_id, a["status"])
+        elif entry["op"] == "set_terminated":
+            c.set_terminated(run_id, a["status"])
+        elif entry["op"] == "log_text":
+            c.log_text(run_id, a["text"], a["artifact_file"])
+
+    def _create(self, a: dict[str, Any]) -> None:
+        local = a["local"]
+        found = self.client.search_runs([a["experiment_id"]], f"tags.`{TAG_OUTBOX_ID}` = '{local}'", max_results=1)
+        run_id = found[0].info.run_id if found else self.client.create_run(
+            a["experiment_id"], run_name=a["run_name"], tags=a["tags"]).info.run_id
+        with self._cond:
+            self._ids[local] = run_id
+            self._append({"created": local, "run_id": run_id})
+
+
+def _refused(error: Exception) -> bool:
+    """The store answered and refused the write (an HTTP 4xx: a bad value, a deleted run), as opposed to not
+    answering (a connection error, a timeout, a 5xx, a locked database)."""
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(error, MlflowException) and 400 <= error.get_http_status_code() < 500
