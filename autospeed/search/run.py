@@ -264,11 +264,12 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
         tracker.view.close()
     if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (_resume_mode)
         return True, None, tracker.halt
-    if not outbox.flush(spec.tracking.grace_seconds):  # the trials' records must be in the store to read them
+    # the trials' records must be in the store to read them; an interrupted search waits only a moment
+    wait_seconds = min(10.0, spec.tracking.grace_seconds) if interrupted else spec.tracking.grace_seconds
+    if not outbox.flush(wait_seconds):
         return True, None, (f"the tracking store did not take the search's last {outbox.pending} writes within "
-                            f"tracking.grace_seconds ({spec.tracking.grace_seconds:g} s; last error: "
-                            f"{outbox.last_error}); they are kept in {outbox.path} and are sent when the search "
-                            f"resumes")
+                            f"{wait_seconds:g} s (last error: {outbox.last_error}); they are kept in {outbox.path} "
+                            f"and are sent when the search resumes")
     if tracker.told_down:
         tracker.say_tracking_back()
     rows = runs.trial_rows(client, client.get_run(parent_id))

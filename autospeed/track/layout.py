@@ -164,6 +164,7 @@ def connect(uri: str):
     os.environ.update({k: v for k, v in fast.items() if saved[k] is None})
     try:
         with _schema_lock(uri):  # two first-time writers of one SQLite file race on creating its tables
+            _create_sqlite_whole(uri)
             client = _first_contact(lambda: MlflowClient(tracking_uri=uri))
     except Exception as e:
         first = redact(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
@@ -199,6 +200,29 @@ def _first_contact(make_client, attempts: int = CREATION_RACE_ATTEMPTS):
             if attempt == attempts - 1 or not _CREATION_RACE.search(str(e)):
                 raise
             time.sleep(0.1 * 2 ** attempt)  # the other process finishes its migration meanwhile
+
+
+def _create_sqlite_whole(uri: str) -> None:
+    """A new SQLite store is created whole or not at all: MLflow creates and migrates its schema (seconds of
+    migrations) in a temporary file beside it, which is then synced and renamed into place. A process killed
+    during the migrations used to leave a store MLflow refuses ("out-of-date database schema") and that
+    `mlflow db upgrade` cannot mend; now it leaves only a temporary file. Called under _schema_lock."""
+    from mlflow.tracking import MlflowClient
+
+    from autospeed.yamlio import atomic_path
+
+    path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+    if not path or path == ":memory:" or "?" in path or os.path.exists(path) \
+            or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return
+    with atomic_path(path) as tmp:
+        os.unlink(tmp)  # SQLite creates its own file
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from pathlib import Path
 
 POINTS = {
     "start": "run_search entered: nothing written yet",
+    "store_migration": "MLflow creating a new SQLite store, halfway through its schema migrations",
     "state_written": "the search's state file written, its MLflow parent run not yet created",
     "trial_run_created": "a trial's MLflow run created, before the trial trains",
     "trial_result": "a trial's evaluation logged, the trial in the middle of training",
@@ -57,6 +58,16 @@ def install(point: str, n: int) -> None:
         import autospeed.search
 
         autospeed.search.run_search = _after(n, autospeed.search.run_search, before=True)
+    elif point == "store_migration":  # a new store takes ~1700 SQL statements to create: die after 800 of them
+        import sqlalchemy
+
+        statements = [0]
+
+        @sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, "after_cursor_execute")
+        def counted(*_):
+            statements[0] += 1
+            if statements[0] == 800 * n:
+                _die()
     elif point == "state_written":
         storage.SearchDir.write_state = _after(n, storage.SearchDir.write_state)
     elif point == "trial_run_created":

@@ -23,21 +23,23 @@ pytestmark = pytest.mark.timeout(1800)
 NAME = "killed"
 TRIALS = 5
 SEED = 5  # of the kill points' draw: tune_state_copy, before_tell:2, ledger_rename:2, mlflow_final:1
-KILLS = 6
+KILLS = 7
 
 
 def _kill_plan(seed: int) -> list[tuple[str, int]]:
-    """KILLS points (point, its Nth pass): first one before the search wrote anything (start), then one between
-    its state file and its parent run (state_written, which only a new search passes), then in a seeded order one
+    """KILLS points (point, its Nth pass): first one before the search wrote anything (start), one while MLflow
+    creates the new tracking store (store_migration), one between the search's state file and its parent run
+    (state_written: only a new search passes these two), then in a seeded order one
     inside Tune's state write and points drawn from the trials', each in the first or second trial a driver
     runs. Each kill must land (the search has trials left for it): the test fails on a driver not killed."""
     from .kill_points import POINTS
 
     rng = random.Random(seed)
-    trial_points = [p for p in POINTS if p not in ("start", "state_written", "tune_state_copy")]
-    rest = [(p, rng.choice([1, 2])) for p in rng.sample(trial_points, KILLS - 3)] + [("tune_state_copy", 1)]
+    first = ["start", "store_migration", "state_written"]
+    trial_points = [p for p in POINTS if p not in (*first, "tune_state_copy")]
+    rest = [(p, rng.choice([1, 2])) for p in rng.sample(trial_points, KILLS - 4)] + [("tune_state_copy", 1)]
     rng.shuffle(rest)
-    return [("start", 1), ("state_written", 1), *rest]
+    return [(p, 1) for p in first] + rest
 
 
 def _space(d: Path) -> Path:
