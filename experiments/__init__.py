@@ -111,6 +111,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--samples", "640", "--out", "{out}/own_script.md"),
         quick_writes=("own_script.md",)),
     Experiment(
+        "kill_anywhere", "kill_anywhere.py", "searches SIGKILLed at 50+ random moments, each resumed: every "
+        "finished trial kept once, and the ledger, MLflow and Optuna agree",
+        runs=(_r(writes=("kill_anywhere.md",)),),
+        # no quick pass: every run of it starts Ray (its --quick, 2 searches x 2 kills, takes about 2 minutes),
+        # and the suite kills a search at seeded points of its own (tests/reliability/test_kill_anywhere.py)
+        note="about 30 minutes on 2 cores"),
+    Experiment(
         "knobs", "knobs.py", "throughput of each speed knob against fp32 eager (mnist1d, lm), CPU",
         runs=(_r("--rounds", "5", "--steps", "200", "--out", f"{RESULTS}/knobs_cpu.md", writes=("knobs_cpu.md",)),
               _r("--workload", "lm", "--rounds", "3", "--out", f"{RESULTS}/knobs_lm_cpu.md",

@@ -28,6 +28,8 @@ from autospeed.yamlio import write_atomic
 
 
 PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
+# key of the search's state: the trials finished before its current Tune experiment began (a rebuilt resume's)
+TUNE_BASE = "tune_base_trials"
 
 
 @dataclass
@@ -123,8 +125,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         outbox = _outbox(client, search_dir, spec, console)  # what an earlier session had not sent goes first
         _reopen_parent(client, parent_id)
         if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
-            state.pop("extended_from")
-            search_dir.write_state(state)
+            search_dir.write_state({**search_dir.read_state(), "trials": total})
             client.set_tag(parent_id, t.TAG_TRIALS, str(total))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
@@ -313,9 +314,11 @@ def _resume_mode(spec: SearchSpec, search_dir: SearchDir, total: int, console) -
             lost = [i for i in set(tune_trials) - keep if search_dir.finished(i) is None]
             if lost:
                 problem = f"Ray Tune's state holds {_n(len(lost), 'trial')} as ended that never finished"
+    state = search_dir.read_state()
     if problem is None:
         records.reconcile_study(search_dir, spec.name, keep)
-        return "restore", total
+        # Tune counts only its own trials: a rebuilt search's Tuner began after TUNE_BASE of them had finished
+        return "restore", total - state.get(TUNE_BASE, 0)
     finished = len(search_dir.finished_ids())
     aside = records.set_aside_tune_state(search_dir.path) if records.tune_state_files(search_dir.path) else None
     fixed = records.reconcile_study(search_dir, spec.name)
@@ -323,6 +326,7 @@ def _resume_mode(spec: SearchSpec, search_dir: SearchDir, total: int, console) -
           f"(ledger), {_n(len(fixed.rerun), 'unfinished trial')} trained again with the same parameters (Optuna "
           f"study, {_n(fixed.study_trials, 'trial')}) into the same MLflow runs"
           + (f"; Tune's files set aside in {aside.name}/" if aside else ""), file=console, flush=True)
+    search_dir.write_state({**state, TUNE_BASE: finished})
     return "rebuild", total - finished
 
 
@@ -448,7 +452,7 @@ def _parent_of(client, spec: SearchSpec, space_text: str, space_path: str, searc
     flat = {**_flatten(state["spec"]), "trials": state["trials"], "sampler.seed": state["seed"]}
     t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
     client.log_text(parent_id, space_text, Path(space_path).name)
-    search_dir.write_state({**state, "parent_run_id": parent_id})
+    search_dir.write_state({**search_dir.read_state(), "parent_run_id": parent_id})
     return parent_id
 
 

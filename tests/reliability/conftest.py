@@ -285,7 +285,8 @@ def state_whole(exp_dir: Path) -> bool:
     complete pickle. Tune rewrites them in place several times a second (a copy from its
     staging folder), so a file can be cut short by a SIGKILL that lands during the copy."""
     files = [f for f in exp_dir.iterdir() if f.is_file() and not f.name.startswith(".")
-             and f.name not in ("autospeed_search.json", "optuna.db")]  # autospeed's own: atomic write, SQLite
+             # autospeed's own: an atomic write, SQLite, the tracking journal (a torn last line is skipped)
+             and f.name not in ("autospeed_search.json", "optuna.db", "tracking_outbox.jsonl")]
     assert any(f.name.startswith("experiment_state") for f in files), sorted(f.name for f in exp_dir.iterdir())
     for f in files:
         data = f.read_bytes()

@@ -24,7 +24,8 @@ POINTS = {
     "mlflow_final": "a trial's MLflow run final, its ledger entry not yet written",
     "ledger_rename": "a ledger entry's temporary file written, not yet renamed into place",
     "before_tell": "a trial in the ledger, the Optuna study not yet told",
-    "tune_state_copy": "inside Ray Tune's copy of its experiment state: a state file cut short",
+    "tune_state_copy": "inside Ray Tune's copy of its experiment state (the first after N - 1 trials finished in "
+                       "the run): a state file cut short",
 }
 
 
@@ -93,22 +94,25 @@ def install(point: str, n: int) -> None:
     elif point == "before_tell":
         tuner.LedgerFirstOptuna.tell = _after(n, tuner.LedgerFirstOptuna.tell, before=True,
                                               when=lambda searcher, trial_id: trial_id in searcher._untold)
-    elif point == "tune_state_copy":
+    elif point == "tune_state_copy":  # the first copy of Tune's state after N - 1 trials finished in this run
         import ray.train._internal.storage as ray_storage
 
-        real_upload = ray_storage._upload_to_fs_path
-        seen = [0]
+        real_upload, real_record, finished = ray_storage._upload_to_fs_path, storage.SearchDir.record_finished, [0]
+
+        def record(self, *args, **kwargs):
+            real_record(self, *args, **kwargs)
+            finished[0] += 1
 
         def upload(local_path, fs, fs_path, exclude=None):
             real_upload(local_path=local_path, fs=fs, fs_path=fs_path, exclude=exclude)
             states = sorted(Path(fs_path).glob("experiment_state-*.json"))
-            if os.path.isdir(local_path) and states:
-                seen[0] += 1
-                if seen[0] == n:  # as if the kill came halfway through copying the state file over the old one
-                    data = states[-1].read_bytes()
-                    with open(states[-1], "r+b") as f:
-                        f.truncate(len(data) // 2)
-                    _die()
+            if os.path.isdir(local_path) and states and finished[0] >= n - 1:
+                # as if the kill came halfway through copying the state file over the old one
+                data = states[-1].read_bytes()
+                with open(states[-1], "r+b") as f:
+                    f.truncate(len(data) // 2)
+                _die()
+        storage.SearchDir.record_finished = record
         ray_storage._upload_to_fs_path = upload
     else:
         raise SystemExit(f"kill_points.py: unknown point {point!r}; one of {', '.join(POINTS)}")
