@@ -20,7 +20,7 @@ from typing import Any
 
 from autospeed.outcome import INFEASIBLE_FACTOR, Status, is_infeasible, objective
 from autospeed.predict import Prediction, none, predict_tta
-from autospeed.track.layout import TTA_MEASURED, TTA_NONE, TTA_NOTE_PREDICT_OFF, TTA_PREDICTED
+from autospeed.track.layout import TTA_MEASURED, TTA_NONE, TTA_NOTE_PREDICT_OFF
 
 PREDICTION_KEYS = ("tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
 

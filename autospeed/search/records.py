@@ -28,6 +28,46 @@ BASELINE = "baseline"  # Optuna user attr and trial config key: the baseline rec
 # Ray Tune's files at the top of an experiment folder (Ray 2.60): what Tuner.restore reads
 TUNE_STATE_PREFIXES = ("experiment_state", "search_gen_state", "searcher-state", "basic-variant-state", "tuner.pkl")
 SET_ASIDE = "tune-state-set-aside"
+# key of the search's state: the trials finished before its current Tune experiment began (a rebuilt resume's)
+TUNE_BASE = "tune_base_trials"
+
+
+def resume_plan(search_dir: SearchDir, study_name: str, total: int, console) -> tuple[str, int]:
+    """How a resumed search goes on, and how many trials its Tuner runs: ("restore", that Tuner's own count) from
+    Ray Tune's own state when it is whole and holds every trial it ended in the ledger, else ("rebuild", the
+    trials not finished) from the search's records, said in one line. Either way the study is first brought
+    level with the ledger."""
+    problem = tune_state_problem(search_dir.path)
+    keep: set[str] = set()
+    if problem is None:
+        try:
+            trials = tune_trials(search_dir.path)
+        except Exception as e:  # noqa: BLE001 - whole files Ray cannot read back: rebuilt like torn ones
+            problem = f"Ray Tune cannot read its state back ({type(e).__name__}: {str(e)[:200]})"
+        else:
+            keep = {i for i, status in trials.items() if status not in ("TERMINATED", "ERROR")}
+            # ended in Tune's eyes but never recorded: stopped by a halt, or its record failed (a full disk)
+            lost = [i for i in set(trials) - keep if search_dir.finished(i) is None]
+            if lost:
+                problem = f"Ray Tune's state holds {_n(len(lost), 'trial')} as ended that never finished"
+    state = search_dir.read_state()
+    if problem is None:
+        reconcile_study(search_dir, study_name, keep)
+        # Tune counts only its own trials: a rebuilt search's Tuner began after TUNE_BASE of them had finished
+        return "restore", total - state.get(TUNE_BASE, 0)
+    finished = len(search_dir.finished_ids())
+    aside = set_aside_tune_state(search_dir.path) if tune_state_files(search_dir.path) else None
+    fixed = reconcile_study(search_dir, study_name)
+    print(f"resume: {problem}; rebuilt the search from its own records: {_n(finished, 'finished trial')} kept "
+          f"(ledger), {_n(len(fixed.rerun), 'unfinished trial')} trained again with the same parameters (Optuna "
+          f"study, {_n(fixed.study_trials, 'trial')}) into the same MLflow runs"
+          + (f"; Tune's files set aside in {aside.name}/" if aside else ""), file=console, flush=True)
+    search_dir.write_state({**state, TUNE_BASE: finished})
+    return "rebuild", total - finished
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def tune_state_files(path: Path) -> list[Path]:

@@ -28,8 +28,6 @@ from autospeed.yamlio import write_atomic
 
 
 PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
-# key of the search's state: the trials finished before its current Tune experiment began (a rebuilt resume's)
-TUNE_BASE = "tune_base_trials"
 
 
 @dataclass
@@ -232,10 +230,11 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     interrupted, resumable: its tracking store silent past the grace, its storage refusing writes).
 
     Tune records the trials a halt stopped as ended, though none reached its end; the resume sees them missing
-    from the ledger and rebuilds from the records, which train them again (_resume_mode)."""
+    from the ledger and rebuilds from the records, which train them again (records.resume_plan)."""
     from ray import tune
 
     from autospeed.search.callback import TrialTracker
+    from autospeed.search.records import resume_plan
     from autospeed.search.trainable import trainable, trial_resources
     from autospeed.search.tuner import build_tuner
 
@@ -249,7 +248,7 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec_json, threads=threads,
                                                      search_dir=str(search_dir.path), gpus=gpus), resources)
     interrupted = False
-    mode, to_run = _resume_mode(spec, search_dir, total, console) if resume else (None, total)
+    mode, to_run = resume_plan(search_dir, spec.name, total, console) if resume else (None, total)
     try:
         if to_run > 0:  # a rebuilt search whose trials had all finished has none left to run
             tuner, tracker.searcher = build_tuner(spec, bound, search_dir, tracker, trials=to_run,
@@ -263,7 +262,7 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
             raise
     finally:
         tracker.view.close()
-    if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (_resume_mode)
+    if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (records.resume_plan)
         return True, None, tracker.halt
     # the trials' records must be in the store to read them; an interrupted search waits only a moment
     wait_seconds = min(10.0, spec.tracking.grace_seconds) if interrupted else spec.tracking.grace_seconds
@@ -293,41 +292,6 @@ def _outbox(client, search_dir: SearchDir, spec: SearchSpec, console):
         print(f"resume: sent the {_n(kept, 'tracking write')} an earlier session had kept on disk", file=console,
               flush=True)
     return outbox
-
-
-def _resume_mode(spec: SearchSpec, search_dir: SearchDir, total: int, console) -> tuple[str, int]:
-    """How a resumed search goes on, and how many trials its Tuner runs: ("restore", the search's total) from
-    Ray Tune's own state when it is whole, else ("rebuild", the trials not finished) from the search's records,
-    said in one line (search/records.py). Either way the study is first brought level with the ledger."""
-    from autospeed.search import records
-
-    problem = records.tune_state_problem(search_dir.path)
-    keep: set[str] = set()
-    if problem is None:
-        try:
-            tune_trials = records.tune_trials(search_dir.path)
-        except Exception as e:  # noqa: BLE001 - whole files Ray cannot read back: rebuilt like torn ones
-            problem = f"Ray Tune cannot read its state back ({type(e).__name__}: {str(e)[:200]})"
-        else:
-            keep = {i for i, status in tune_trials.items() if status not in ("TERMINATED", "ERROR")}
-            # ended in Tune's eyes but never recorded: stopped by a halt, or its record failed (a full disk)
-            lost = [i for i in set(tune_trials) - keep if search_dir.finished(i) is None]
-            if lost:
-                problem = f"Ray Tune's state holds {_n(len(lost), 'trial')} as ended that never finished"
-    state = search_dir.read_state()
-    if problem is None:
-        records.reconcile_study(search_dir, spec.name, keep)
-        # Tune counts only its own trials: a rebuilt search's Tuner began after TUNE_BASE of them had finished
-        return "restore", total - state.get(TUNE_BASE, 0)
-    finished = len(search_dir.finished_ids())
-    aside = records.set_aside_tune_state(search_dir.path) if records.tune_state_files(search_dir.path) else None
-    fixed = records.reconcile_study(search_dir, spec.name)
-    print(f"resume: {problem}; rebuilt the search from its own records: {_n(finished, 'finished trial')} kept "
-          f"(ledger), {_n(len(fixed.rerun), 'unfinished trial')} trained again with the same parameters (Optuna "
-          f"study, {_n(fixed.study_trials, 'trial')}) into the same MLflow runs"
-          + (f"; Tune's files set aside in {aside.name}/" if aside else ""), file=console, flush=True)
-    search_dir.write_state({**state, TUNE_BASE: finished})
-    return "rebuild", total - finished
 
 
 def _n(count: int, noun: str) -> str:

@@ -236,8 +236,9 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
                 seed: int, resume: str | None, verbose: bool) -> tuple[tune.Tuner, LedgerFirstOptuna]:
     """A Tuner for `trials` trials and its Optuna searcher (the tracking callback tells it each result once the
     ledger holds it). `resume`: None (a new search), "restore" (the search's own Tuner from its whole experiment
-    state, `Tuner.restore`; `trials` is the search's total) or "rebuild" (Tune's state was torn or missing: a
-    new Tuner for the `trials` not yet finished, its study the search's, search/records.py).
+    state, `Tuner.restore`; `trials` is that Tuner's own count: the search's less those finished before it
+    began) or "rebuild" (Tune's state torn, missing or short of finished trials: a new Tuner for the `trials`
+    not yet finished, its study the search's, search/records.py).
 
     A resumed one runs with this process's search loop (raised to `trials` when the search was extended), its
     ASHA refilled from the finished trials, and its callback and stopper."""
@@ -255,8 +256,8 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
     return tune.Tuner(
         trainable,
         # The search loop is built here (not from max_concurrent_trials) so a resumed search can swap in its own.
-        # A data-parallel trial's actor cannot be reused once ASHA stopped it (it is still driving its Train
-        # run until Tune kills it), and Tune fails the next trial when a reuse fails: no reuse in such searches.
+        # A data-parallel trial's actor drives its Ray Train run; Tune fails the next trial when a reuse fails,
+        # and reusing such actors was never tried: no reuse in such searches.
         tune_config=tune.TuneConfig(search_alg=search, scheduler=scheduler, num_samples=trials,
                                     reuse_actors=spec.most_workers()[0] == 1),
         run_config=tune.RunConfig(name=search_dir.path.name, storage_path=str(Path(search_dir.path).parent),

@@ -306,10 +306,10 @@ def state_whole(exp_dir: Path) -> bool:
 def sigkill_with_state_whole(proc: "Running", exp_dir: Path, whole_group: bool) -> None:
     """SIGKILL the search, at a moment when Ray Tune's saved state is whole.
 
-    A SIGKILL in the middle of Tune's copy of its state leaves a file cut short, and --resume
-    then cannot restore the search: a product defect of its own, not what this test is about.
-    So the driver is paused (SIGSTOP) and killed only while every state file is whole;
-    otherwise it runs on a moment and is paused again."""
+    A SIGKILL in the middle of Tune's copy of its state leaves a file cut short, and --resume then
+    rebuilds the search from its own records instead of restoring Tune's state: what
+    test_kill_anywhere.py tests, not the tests that call this. So the driver is paused (SIGSTOP) and
+    killed only while every state file is whole; otherwise it runs on a moment and is paused again."""
 
     def paused_with_state_whole():
         os.kill(proc.proc.pid, signal.SIGSTOP)

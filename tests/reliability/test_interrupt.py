@@ -1,4 +1,5 @@
-"""Interruptions: Ctrl-C, SIGTERM and SIGKILL of a running search, then --resume.
+"""Interruptions: Ctrl-C and SIGTERM of a running search, then --resume (SIGKILL at any instant:
+test_kill_anywhere.py).
 
 Each test establishes the state it interrupts (GATED_PLUGIN holds a run in the middle of
 training until the test opens its gate) and never races a clock: on a slow or busy machine
@@ -11,8 +12,7 @@ import signal
 
 import pytest
 
-from .conftest import (Gate, autospeed, cli_env, client_for, error_lines, search_runs, sigkill_with_state_whole,
-                       wait_until, write_space)
+from .conftest import Gate, autospeed, cli_env, client_for, search_runs, wait_until, write_space
 
 # Each test runs the CLI three or four times (Ray started each time): on a busy 2-core machine that
 # can pass pytest's default 600 s ceiling (a hang guard), so these get a higher one.
@@ -171,59 +171,6 @@ def test_ctrl_c_sigterm_and_ctrl_c_in_confirmation_each_resume_where_they_stoppe
     _assert_kept(tmp_path, kept)
     parent = _parent(tmp_path)
     assert parent.info.status == "FINISHED" and parent.data.metrics["confirm_repeats"] == REPEATS
-
-
-def _sigkill(proc, d, whole_group: bool) -> None:
-    sigkill_with_state_whole(proc, next(p for p in (d / "store" / NAME).iterdir() if p.is_dir()), whole_group)
-    proc.wait()
-    proc.reap()  # Ray's processes of the dead search
-
-
-def test_sigkill_of_the_driver_then_of_the_whole_job_then_resume_loses_nothing(tmp_path, start_cli, new_store):
-    """SIGKILL of the search's driver alone (its Ray processes orphaned), then of the resumed search's whole
-    process group (a batch scheduler killing the job), each with a trial in the middle of training; after
-    each, --resume keeps every finished trial once and trains only the unfinished ones again."""
-    new_store(tmp_path)
-    gate = _space(tmp_path)
-    env = cli_env(pythonpath=gate.plugin_dir)
-
-    # 1. The driver alone: the first trial reached the target; the second is held (build 2).
-    gate.open(1)
-    first = start_cli(*_args(tmp_path), cwd=tmp_path, env=env)
-    victim_1 = _mid_trial(tmp_path, gate, first, 1, build=2).info.run_id
-    _sigkill(first, tmp_path, whole_group=False)
-    trials = {t.info.run_id: t for t in _trials(tmp_path)}
-    assert trials[victim_1].info.status == "RUNNING"  # the lie a SIGKILL leaves behind
-    kept = _finished_fingerprint(trials.values())
-    assert len(kept) == 1 and gate.builds() == 2
-
-    # 2. The whole process group: the resumed search's first build (either trial left) ends; its second is held.
-    gate.open(3)
-    second = start_cli(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
-    victim_2 = _mid_trial(tmp_path, gate, second, len(kept) + 1, build=4).info.run_id
-    # the resume ended the lie: the only run RUNNING is the one training now (victim 1's own run, retrained,
-    # when the trial left last is victim 1's: one run per trial)
-    assert [t.info.run_id for t in _trials(tmp_path) if t.info.status == "RUNNING"] == [victim_2]
-    _sigkill(second, tmp_path, whole_group=True)
-    trials = {t.info.run_id: t for t in _trials(tmp_path)}
-    assert trials[victim_2].info.status == "RUNNING"  # the lie, again
-    kept = _assert_kept(tmp_path, kept)  # no finished trial lost or re-run
-    assert len(kept) == 2 and gate.builds() == 4  # only the unfinished trials trained again
-
-    # 3. The last resume ends the search.
-    gate.open()
-    resumed = autospeed(*_args(tmp_path, "--resume"), cwd=tmp_path, env=env)
-    assert resumed.returncode == 0, resumed.stderr
-    assert not error_lines(resumed.stderr)
-    trials = _trials(tmp_path)
-    assert not [t for t in trials if t.info.status == "RUNNING"]
-    kept = _assert_kept(tmp_path, kept)  # no finished trial lost or re-run
-    assert gate.builds() == 4 + TRIALS - 2  # only the unfinished trial trained again
-    done = [t for t in trials if t.data.tags["autospeed.status"] != "killed"]
-    assert len(done) == TRIALS and len({t.data.tags["autospeed.trial_id"] for t in done}) == TRIALS
-    assert all(t.info.status == "KILLED" for t in trials if t not in done)
-    assert {victim_1, victim_2} <= {t.info.run_id for t in done}  # one run per trial: retrained into its own run
-    assert _parent(tmp_path).info.status == "FINISHED"
 
 
 CTRL_C_DURING_WRITES = """

@@ -63,18 +63,18 @@ def test_a_search_killed_at_seeded_points_resumes_with_every_trial_once(tmp_path
     args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(d / "store"), "--resume"]
     env = cli_env(pythonpath=d)
     hook = Path(__file__).with_name("kill_points.py")
-    outputs = []
+    outputs, kept = [], {}
     for point, n in _kill_plan(SEED):
         p = subprocess.run([sys.executable, str(hook), point, str(n), "--", *args], cwd=d, env=env,
                            capture_output=True, text=True, timeout=600)
         outputs.append(f"--- {point}:{n} rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
         assert p.returncode == -signal.SIGKILL, "\n".join(outputs)  # the kill landed where the plan says
+        kept.update(_ledger(d))  # every trial finished so far, as the ledger recorded it
     done = subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=d, env=env, capture_output=True,
                           text=True, timeout=600)
     outputs.append(f"--- final rc={done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}")
     assert done.returncode == 0, "\n".join(outputs)
     every = "\n".join(outputs)
-    Path("/tmp/kill_out.txt").write_text(every)
     assert "rebuilt the search from its own records" in every  # the torn Tune state was rebuilt, and said so
 
     parents, trials = search_runs(uri, NAME)
@@ -89,3 +89,9 @@ def test_a_search_killed_at_seeded_points_resumes_with_every_trial_once(tmp_path
     assert len(trials) == TRIALS  # no trial run left over from a killed attempt
     assert sum(t.data.tags.get("autospeed.baseline") == "true" for t in trials) == 1
     assert all(t.info.status == "FINISHED" for t in trials), [t.info.status for t in trials]
+    final = _ledger(d)
+    assert {k: final.get(k) for k in kept} == kept  # no finished trial lost, or trained again (its entry rewritten)
+
+
+def _ledger(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (d / "store" / NAME).glob("*/finished/*.json")}
