@@ -16,6 +16,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 from typing import Any, Iterable
 
 from autospeed.errors import RunFailure, UserError
@@ -204,25 +205,35 @@ def _first_contact(make_client, attempts: int = CREATION_RACE_ATTEMPTS):
 
 def _create_sqlite_whole(uri: str) -> None:
     """A new SQLite store is created whole or not at all: MLflow creates and migrates its schema (seconds of
-    migrations) in a temporary file beside it, which is then synced and renamed into place. A process killed
-    during the migrations used to leave a store MLflow refuses ("out-of-date database schema") and that
-    `mlflow db upgrade` cannot mend; now it leaves only a temporary file. Called under _schema_lock."""
+    migrations) in a temporary file beside it, which is synced and then linked into place, never over a store
+    another process (`mlflow ui`) made meanwhile. A process killed during the migrations used to leave a store
+    MLflow refuses ("out-of-date database schema") and that `mlflow db upgrade` cannot mend; now it leaves only
+    a temporary file. Where the file system has no hard links, MLflow creates the store in place, as before.
+    Called under _schema_lock."""
     from mlflow.tracking import MlflowClient
 
-    from autospeed.yamlio import atomic_path
+    from autospeed.yamlio import fsync_folder
 
     path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
-    if not path or path == ":memory:" or "?" in path or os.path.exists(path) \
-            or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+    folder = os.path.dirname(os.path.abspath(path)) if path and path != ":memory:" and "?" not in path else None
+    if folder is None or os.path.exists(path) or not os.path.isdir(folder):
         return
-    with atomic_path(path) as tmp:
-        os.unlink(tmp)  # SQLite creates its own file
-        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        _first_contact(lambda: MlflowClient(tracking_uri=f"sqlite:///{tmp}"))
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+        with contextlib.suppress(FileExistsError):  # made by another process meanwhile: that one stands
+            os.link(tmp, path)
+        fsync_folder(folder)
+    except OSError:  # no hard links here: MLflow creates the store in place
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 @contextlib.contextmanager
