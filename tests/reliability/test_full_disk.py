@@ -23,7 +23,7 @@ from .conftest import Gate, cli_env, client_for, error_lines, search_runs, wait_
 pytestmark = pytest.mark.timeout(1200)
 
 NAME = "full"
-TRIALS = 3
+TRIALS = 2
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from .conftest import Gate, cli_env, client_for, error_lines, search_runs, wait_
 pytestmark = pytest.mark.timeout(1200)
 
 NAME = "outage"
-TRIALS = 3
+TRIALS = 2
 
 
 def _free_port() -> int:
