@@ -89,8 +89,11 @@ def main() -> int:
         where = f"a fresh `git clone` of commit {head}" if args.fresh_clone else f"the work tree at {head}"
         what = f"`{command}` in {where}: the pytest process took **{wall:.1f} s** of wall clock."
     summary, lines = table(log, args.durations)
+    # a run with failures names them: pytest's short summary lines
+    failed = [ln for ln in log.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
     text = (results_header("The test suite's time", "cpu") + what + (f" {args.note}" if args.note else "") + "\n\n"
-            + f"pytest: {summary}.\n\nSlowest phases (pytest --durations):\n\n" + "\n".join(lines) + "\n")
+            + f"pytest: {summary}.\n\n" + "".join(f"- {ln}\n" for ln in failed) + ("\n" if failed else "")
+            + "Slowest phases (pytest --durations):\n\n" + "\n".join(lines) + "\n")
     write_results(args.out, text)
     print(text)
     return 0
