@@ -5,6 +5,7 @@ runs it; an exception that ends the script recorded as the run's result."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 
@@ -42,17 +43,16 @@ def join_process_group(workers: int) -> Replicas | None:
 
 
 def die_with_parent() -> None:
-    """Linux: this process is killed when the runner dies (a trial ASHA stopped, a killed search)."""
-    try:
-        import ctypes
-        import signal
+    """Linux: this process is killed when the runner dies (a trial ASHA stopped, a killed search). Where there is
+    no libc prctl (not Linux), the runner's own clean-up ends it instead."""
+    import ctypes
+    import signal
 
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        parent = os.environ.get("AUTOSPEED_PARENT_PID")
-        if parent and os.getppid() != int(parent):  # the runner died before the line above
-            os._exit(1)
-    except (OSError, AttributeError):
-        pass
+    parent = os.environ.get("AUTOSPEED_PARENT_PID")
+    if parent and os.getppid() != int(parent):  # the runner died before the line above
+        os._exit(1)
 
 
 def watch_for_crash(ctx) -> None:

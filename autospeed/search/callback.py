@@ -45,29 +45,34 @@ class TrialTracker(Callback):
     store that stops answering never holds up the trials. `halt`: why the search must stop as interrupted (the
     store silent past its grace, storage that cannot be written); the stopper reads it."""
 
-    def __init__(self, client, parent_run_id: str, search_id: str, spec: SearchSpec, total: int, console,
-                 search_dir: SearchDir, outbox):
+    def __init__(self, client, parent_run_id: str, experiment_id: str, search_id: str, spec: SearchSpec, total: int,
+                 console, search_dir: SearchDir, outbox, resumed: bool):
         from autospeed.show.live import SearchView
 
         self.client, self.out, self.parent, self.search_id = client, outbox, parent_run_id, search_id
+        self.experiment_id = experiment_id
         self.halt: str | None = None
         self.console, self.told_down = console, False
         self.spec, self.search_dir = spec, search_dir
-        parent = client.get_run(parent_run_id)
-        self.experiment_id = parent.info.experiment_id
         self.runs: dict[str, str] = {}  # trial id -> MLflow run id
         self.replayed: set[str] = set()
         self.history: dict[str, list[tuple[float, float]]] = {}  # trial id -> what ASHA saw: (train s, target metric)
         self.errors_in_a_row: list[str] = []
         self.stop_reason: str | None = None
         self.searcher = None  # tuner.LedgerFirstOptuna: told each result once the ledger holds it
+        self.target = spec.resolved_target
+        self.view = SearchView(total=total, stream=console, metric=self.target.metric)
+        if resumed:  # a new search has no runs to read: it needs no answer from the store to start its trials
+            self._read_past(client, search_dir)
+
+    def _read_past(self, client, search_dir: SearchDir) -> None:
+        """A resumed search's trial runs, found again by trial id, and its finished trials counted in the view."""
+        parent = client.get_run(self.parent)
         children = runs.child_runs(client, parent)
         for run in children:
             if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
                 self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
-        self.target = spec.resolved_target
-        self.view = SearchView(total=total, stream=console, metric=self.target.metric)
-        for r in runs.trial_rows(client, parent, runs=children):  # a resumed search counts its past
+        for r in runs.trial_rows(client, parent, runs=children):
             # only trials that finished: one killed mid-run (KILLED by the resume) trains again into its run
             if r.status != Status.RUNNING and search_dir.finished(r.trial_id) is not None:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,

@@ -15,6 +15,7 @@ and Tune's files are set aside, not deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickletools
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ def resume_plan(search_dir: SearchDir, study_name: str, total: int, console) -> 
             # ended in Tune's eyes but never recorded: stopped by a halt, or its record failed (a full disk)
             lost = [i for i in set(trials) - keep if search_dir.finished(i) is None]
             if lost:
-                problem = f"Ray Tune's state holds {_n(len(lost), 'trial')} as ended that never finished"
+                problem = f"Ray Tune's state holds {counted(len(lost), 'trial')} as ended that never finished"
     state = search_dir.read_state()
     if problem is None:
         reconcile_study(search_dir, study_name, keep)
@@ -58,15 +59,16 @@ def resume_plan(search_dir: SearchDir, study_name: str, total: int, console) -> 
     finished = len(search_dir.finished_ids())
     aside = set_aside_tune_state(search_dir.path) if tune_state_files(search_dir.path) else None
     fixed = reconcile_study(search_dir, study_name)
-    print(f"resume: {problem}; rebuilt the search from its own records: {_n(finished, 'finished trial')} kept "
-          f"(ledger), {_n(len(fixed.rerun), 'unfinished trial')} trained again with the same parameters (Optuna "
-          f"study, {_n(fixed.study_trials, 'trial')}) into the same MLflow runs"
+    print(f"resume: {problem}; rebuilt the search from its own records: {counted(finished, 'finished trial')} kept "
+          f"(ledger), {counted(len(fixed.rerun), 'unfinished trial')} trained again with the same parameters (Optuna "
+          f"study, {counted(fixed.study_trials, 'trial')}) into the same MLflow runs"
           + (f"; Tune's files set aside in {aside.name}/" if aside else ""), file=console, flush=True)
     search_dir.write_state({**state, TUNE_BASE: finished})
     return "rebuild", total - finished
 
 
-def _n(count: int, noun: str) -> str:
+def counted(count: int, noun: str) -> str:
+    """`1 trial`, `3 trials`."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
@@ -88,17 +90,15 @@ def tune_state_problem(path: Path) -> str | None:
 
 def _whole(data: bytes) -> bool:
     """A complete JSON document or pickle (Tune writes both, some pickles under .json names)."""
-    try:
+    with contextlib.suppress(ValueError):
         json.loads(data)
         return True
-    except ValueError:
-        pass
     try:
         for _ in pickletools.genops(data):  # reads every opcode up to STOP; runs none
-            pass
-        return bool(data)
+            continue
     except ValueError:
         return False
+    return bool(data)
 
 
 def set_aside_tune_state(path: Path) -> Path:

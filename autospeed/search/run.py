@@ -6,7 +6,6 @@ and only read its outcome.
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import sys
 import time
@@ -21,6 +20,8 @@ from autospeed.track import layout as t
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.outcome import Status
 from autospeed.search import _ray
+from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
+from autospeed.search.records import counted
 from autospeed.search.storage import (SearchDir, check_writable, latest_search_dir, search_lock, search_root,
                                       write_refused)
 from autospeed.space import Param, SearchSpec
@@ -119,17 +120,19 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
 
     if state is not None:
         search_dir, search_id = latest_search_dir(storage_path, spec.name), state["search_id"]
-        parent_id = _parent_of(client, spec, space_text, space_path, search_dir, state)
+        parent_id = parent_of(client, spec, space_text, space_path, search_dir, state)
         outbox = _outbox(client, search_dir, spec, console)  # what an earlier session had not sent goes first
-        _reopen_parent(client, parent_id)
+        reopen_parent(client, parent_id)
         if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
             search_dir.write_state({**search_dir.read_state(), "trials": total})
             client.set_tag(parent_id, t.TAG_TRIALS, str(total))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
-        parent_id = _open_parent(client, spec, space_text, space_path, search_id, search_dir, total, seed)
+        parent_id = open_parent(client, spec, space_text, space_path, search_id, search_dir, total, seed)
         outbox = _outbox(client, search_dir, spec, console)
+    # read now: from here to the end of the trials a new search needs no answer from the tracking store
+    parent_run = client.get_run(parent_id)
     print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, target {spec.resolved_target.describe()}, "
           f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
 
@@ -137,12 +140,12 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     previous_sigterm = sigterm_as_sigint()
     outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
     # a resumed search adds to what its earlier sessions spent exploring
-    explored_seconds = client.get_run(parent_id).data.metrics.get(t.M_EXPLORATION_SECONDS, 0.0)
+    explored_seconds = parent_run.data.metrics.get(t.M_EXPLORATION_SECONDS, 0.0)
     try:
         explore_start = time.perf_counter()
         searched = _probed(spec, client, parent_id, search_id, search_dir, resources, threads, console)
         outcome.interrupted, outcome.stop_reason, halt = _trials(
-            searched, client, parent_id, search_id, search_dir, outbox, console, total=total, resources=resources,
+            searched, client, parent_run, search_id, search_dir, outbox, console, total=total, resources=resources,
             concurrent=concurrent, threads=threads, seed=seed, resume=state is not None, verbose=verbose)
         if halt is not None:
             raise Interrupted(halt)
@@ -153,7 +156,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
             # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
             signal.signal(signal.SIGINT, previous_sigint)
         outcome.rows = runs.trial_rows(client, client.get_run(parent_id))
-        _kill_leftovers(client, outcome.rows)
+        kill_leftovers(client, outcome.rows)
         print(file=console)
         print(runs.format_leaderboard(outcome.rows), file=console, flush=True)
         # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
@@ -167,13 +170,13 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
             except RunFailure as e:  # predict, unconfirmed, nothing reached or predicted: nothing to stand on
                 print(f"no best.yaml: {e}", file=console, flush=True)
         trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
-        _close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
+        close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
     except BaseException as e:
         # A crash or an interrupt outside the trials: leave no run claiming to be RUNNING. A store that does not
         # answer cannot be told: the resume sends the kept writes first, then marks what is left KILLED.
         killed = isinstance(e, (KeyboardInterrupt, Interrupted))
         if not (isinstance(e, Interrupted) and not outbox.flush(min(30.0, spec.tracking.grace_seconds))):
-            _close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
+            close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
                           None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
         raise
     finally:
@@ -223,7 +226,7 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     return decision.spec
 
 
-def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir, outbox, console, *,
+def _trials(spec: SearchSpec, client, parent_run, search_id: str, search_dir: SearchDir, outbox, console, *,
             total: int, resources: dict[str, float], concurrent: int, threads: int, seed: int, resume: bool,
             verbose: bool) -> tuple[bool, str | None, str | None]:
     """Every trial under Ray Tune. Returns (interrupted, stop reason, halt: why the search must stop as
@@ -238,7 +241,9 @@ def _trials(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
     from autospeed.search.trainable import trainable, trial_resources
     from autospeed.search.tuner import build_tuner
 
-    tracker = TrialTracker(client, parent_id, search_id, spec, total, console, search_dir, outbox)
+    parent_id = parent_run.info.run_id
+    tracker = TrialTracker(client, parent_id, parent_run.info.experiment_id, search_id, spec, total, console,
+                           search_dir, outbox, resumed=resume)
     spec_json = spec.model_dump_json()
     gpus = resources["gpu"]
     if spec.most_workers()[0] > 1:
@@ -289,13 +294,9 @@ def _outbox(client, search_dir: SearchDir, spec: SearchSpec, console):
             outbox.close()
             raise RunFailure(f"the tracking store did not take the {kept} tracking writes an earlier session kept in "
                              f"{outbox.path} ({outbox.last_error}); check the tracking server, then resume again")
-        print(f"resume: sent the {_n(kept, 'tracking write')} an earlier session had kept on disk", file=console,
+        print(f"resume: sent the {counted(kept, 'tracking write')} an earlier session had kept on disk", file=console,
               flush=True)
     return outbox
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
@@ -362,7 +363,7 @@ def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent
     return path
 
 
-# ---------------------------------------------------------------- the parent run
+# ---------------------------------------------------------------- resuming
 def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None, space_path: str,
                   console=sys.stdout) -> dict[str, Any] | None:
     """The state of the latest search of this name to resume; None (a new search, said in one line) where there
@@ -389,71 +390,6 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
     return state
 
 
-def _open_parent(client, spec: SearchSpec, space_text: str, space_path: str, search_id: str, search_dir: SearchDir,
-                 total: int, seed: int) -> str:
-    """The search's state on disk first, then its parent run: a driver killed in between leaves a search that
-    --resume finds, and whose parent it finds or creates (_parent_of), never a second parent."""
-    search_dir.path.mkdir(parents=True)
-    state = {"search_id": search_id, "parent_run_id": None, "name": spec.name, "space_path": str(space_path),
-             "spec": spec.model_dump(mode="json"), "trials": total, "seed": seed}
-    search_dir.write_state(state)
-    return _parent_of(client, spec, space_text, space_path, search_dir, state)
-
-
-def _parent_of(client, spec: SearchSpec, space_text: str, space_path: str, search_dir: SearchDir,
-               state: dict[str, Any]) -> str:
-    """The search's parent run: the one its state names, else the one tagged with its search id (a kill before
-    the state named it), else a new one; its params and space file logged (again: the same values)."""
-    if state.get("parent_run_id"):
-        return state["parent_run_id"]
-    search_id, experiment = state["search_id"], t.experiment_id(client, spec.name)
-    found = client.search_runs([experiment], f"tags.`{t.TAG_SEARCH_ID}` = '{search_id}' and "
-                                             f"tags.`{t.TAG_KIND}` = '{t.KIND_SEARCH}'", max_results=1)
-    parent_id = found[0].info.run_id if found else client.create_run(
-        experiment, run_name=f"search-{search_id}",
-        tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: search_id, t.TAG_EXPERIMENT_DIR: str(search_dir.path),
-              t.TAG_TRIALS: str(state["trials"])}).info.run_id
-    flat = {**_flatten(state["spec"]), "trials": state["trials"], "sampler.seed": state["seed"]}
-    t.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
-    client.log_text(parent_id, space_text, Path(space_path).name)
-    search_dir.write_state({**search_dir.read_state(), "parent_run_id": parent_id})
-    return parent_id
-
-
-def _reopen_parent(client, parent_id: str) -> None:
-    """A resumed search: the parent runs again; runs the dead process left RUNNING become KILLED
-    (a trial Tune resumes reopens its own run in on_trial_start)."""
-    from mlflow.entities import RunStatus
-
-    client.update_run(parent_id, RunStatus.to_string(RunStatus.RUNNING))
-    _kill_leftovers(client, runs.trial_rows(client, client.get_run(parent_id)))
-
-
-def _kill_leftovers(client, rows: list[runs.TrialRow]) -> None:
-    """Child runs left RUNNING (a killed trial) are marked KILLED, never left lying."""
-    for r in rows:
-        if r.status == Status.RUNNING:
-            t.mark_killed(client, r.run_id)
-            r.status = Status.KILLED.value
-
-
-def _close_parent(client, parent_id: str, rows: list[runs.TrialRow], killed: bool,
-                  stop_reason: str | None) -> None:
-    """Summary metrics and leaderboard on the parent; KILLED when the trials were interrupted,
-    FAILED when the search stopped itself, else FINISHED (also when only the confirmation was
-    interrupted: every trial stands, and --resume confirms)."""
-    from mlflow.entities import RunStatus
-
-    _kill_leftovers(client, rows)
-    summary = runs.summary_metrics(rows)
-    with t.interrupts_held():
-        t.log_batch(client, parent_id, t.metrics({k: v for k, v in summary.items() if v is not None}),
-                    tags={t.TAG_ERROR: stop_reason[:500]} if stop_reason else None)
-        client.log_text(parent_id, runs.leaderboard_csv(rows), "leaderboard.csv")
-        status = RunStatus.KILLED if killed else RunStatus.FAILED if stop_reason else RunStatus.FINISHED
-        client.set_terminated(parent_id, RunStatus.to_string(status))
-
-
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     out = []
     for k in sorted(set(old) | set(new)):
@@ -462,16 +398,6 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
             out += _changed_keys(a, b, f"{prefix}{k}.")
         elif a != b:
             out.append(f"{prefix}{k}")
-    return out
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v and prefix.count(".") < 1 and k != "workload_options":
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, (dict, list)) else v
     return out
 
 

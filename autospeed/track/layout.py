@@ -226,11 +226,10 @@ def _create_sqlite_whole(uri: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        with contextlib.suppress(FileExistsError):  # made by another process meanwhile: that one stands
+        # made by another process meanwhile: that one stands; no hard links here: MLflow creates it in place
+        with contextlib.suppress(OSError):
             os.link(tmp, path)
         fsync_folder(folder)
-    except OSError:  # no hard links here: MLflow creates the store in place
-        pass
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

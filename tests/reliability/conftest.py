@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import pickletools
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -142,6 +141,13 @@ def gated(gate_dir, gate_from_seed=0, evaluations=1):
 # here (not SIG_IGN) makes the CLI processes start with SIGINT's default action, as in a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 def cli_env(extra: dict[str, str] | None = None, pythonpath: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", **(extra or {})}
@@ -281,26 +287,12 @@ def error_lines(stderr: str) -> list[str]:
 
 
 def state_whole(exp_dir: Path) -> bool:
-    """Whether every file Ray Tune keeps in the search's folder is whole: a JSON document or a
-    complete pickle. Tune rewrites them in place several times a second (a copy from its
-    staging folder), so a file can be cut short by a SIGKILL that lands during the copy."""
-    files = [f for f in exp_dir.iterdir() if f.is_file() and not f.name.startswith(".")
-             # autospeed's own: an atomic write, SQLite, the tracking journal (a torn last line is skipped)
-             and f.name not in ("autospeed_search.json", "optuna.db", "tracking_outbox.jsonl")]
-    assert any(f.name.startswith("experiment_state") for f in files), sorted(f.name for f in exp_dir.iterdir())
-    for f in files:
-        data = f.read_bytes()
-        try:
-            json.loads(data)
-            continue
-        except ValueError:
-            pass
-        try:
-            for _ in pickletools.genops(data):  # reads every opcode up to STOP; runs none
-                pass
-        except ValueError:
-            return False
-    return True
+    """Whether Ray Tune's saved state in the search's folder is whole (records.tune_state_problem: every file
+    of Tune's a JSON document or a complete pickle). Tune rewrites them in place several times a second (a
+    copy from its staging folder), so a file can be cut short by a SIGKILL that lands during the copy."""
+    from autospeed.search.records import tune_state_problem
+
+    return tune_state_problem(exp_dir) is None
 
 
 def sigkill_with_state_whole(proc: "Running", exp_dir: Path, whole_group: bool) -> None:

@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
+from .conftest import free_port, Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -35,11 +34,6 @@ NAME = "on-a-cluster"
 TRIALS = 4
 RAY = str(Path(sys.executable).with_name("ray"))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _can_hide_a_folder() -> bool:
@@ -135,7 +129,7 @@ def cluster(tmp_path_factory, new_store):
 
     def node(*extra: str) -> list[str]:
         return ["start", "--num-cpus", "1", "--num-gpus", "0", "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0",
-                "--dashboard-agent-listen-port", str(_free_port()), *extra]
+                "--dashboard-agent-listen-port", str(free_port()), *extra]
 
     server = None
     try:
@@ -143,7 +137,7 @@ def cluster(tmp_path_factory, new_store):
         # already-created store (no schema creation: first contact is not what this file tests), and
         # it runs no MLflow server jobs (MLflow 3 starts seven `huey` job consumers for its GenAI
         # features, each as heavy as the server): tracking, artifacts and the UI stay as a user's.
-        port = _free_port()
+        port = free_port()
         server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", new_store(base),
                         "--artifacts-destination", str(base / "artifacts"),
                         "--serve-artifacts", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Gate, cli_env, client_for, error_lines, search_runs, wait_until, write_space
+from .conftest import free_port, Gate, cli_env, client_for, error_lines, search_runs, wait_until, write_space
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -32,17 +32,12 @@ NAME = "outage"
 TRIALS = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Server:
     """`mlflow server` with a SQLite backend and proxied artifacts, stopped and started on one port."""
 
     def __init__(self, d: Path, backend: str):
-        self.d, self.backend, self.port = d, backend, _free_port()
+        self.d, self.backend, self.port = d, backend, free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 

@@ -19,7 +19,8 @@ from mlflow.tracking import MlflowClient
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search.confirm import Candidate, _decide, compute_line, pick_candidates, run_confirmation
-from autospeed.search.run import _flatten, _has_best, _report_exploration
+from autospeed.search.parent import flatten as _flatten
+from autospeed.search.run import _has_best, _report_exploration
 from autospeed.space import SearchSpec
 from autospeed.track import layout as t
 from autospeed.track import runs as res

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from autospeed.errors import RunFailure
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.search.run import _flatten
+from autospeed.search.parent import flatten as _flatten
 from autospeed.space import SearchSpec
 from autospeed.track import layout as t
 from autospeed.track.export import best_recipe_yaml
