@@ -95,6 +95,8 @@ def cmd_train(args) -> int:
         print(f"status {result.status}  TTA {tta} (train clock){wall}  best {target.metric} {best}  "
               f"train {result.train_seconds:.2f} s  wall {result.wall_seconds:.2f} s  "
               f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s"
+              + (f" ({result.tokens_per_second:,.0f} tokens/s)" if result.tokens_per_second is not None else "")
+              + (f"  MFU {result.mfu:.1%} of the dense bf16 peak" if result.mfu is not None else "")
               + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
         from autospeed.track.layout import not_applied_marks  # standard library only
 

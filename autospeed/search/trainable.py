@@ -69,6 +69,7 @@ class TrialReports:
             **e.metrics, **{f"best_{k}": v for k, v in e.best_metrics.items()}, METRIC_NAMES: sorted(e.metrics),
             "value": e.value, "best_value": e.best_value, "train_loss": e.train_loss,
             "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
+            **{k: v for k, v in (("tokens_per_second", e.tokens_per_second), ("mfu", e.mfu)) if v is not None},
             # an ASHA-stopped trial never sends the final report: its run takes these from here
             "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": self.key,
             # under predict: the prediction from the curve so far, and the objective it gives (search/curve.py)

@@ -57,7 +57,9 @@ M_VAL_ACCURACY = "val_accuracy"
 M_TRAIN_LOSS = "train_loss"
 M_TRAIN_SECONDS = "train_seconds"
 M_SAMPLES_PER_SECOND = "samples_per_second"
-EVAL_METRICS = (M_TRAIN_LOSS, M_TRAIN_SECONDS, M_SAMPLES_PER_SECOND)
+# where the workload counts tokens and model FLOPs (autospeed.train.throughput): a GPT's tokens/s and MFU
+M_TOKENS_PER_SECOND, M_MFU = "tokens_per_second", "mfu"
+EVAL_METRICS = (M_TRAIN_LOSS, M_TRAIN_SECONDS, M_SAMPLES_PER_SECOND, M_TOKENS_PER_SECOND, M_MFU)
 METRIC_NAMES = "metric_names"  # key of a trial's report listing the workload's metrics in it
 # final, once per run: these and best_<metric> for every metric the workload reports
 M_TTA = "tta_seconds"
@@ -295,7 +297,7 @@ def log_batch(client, run_id: str, metric_list: Iterable = (), params: dict[str,
 
 def eval_metrics(event: dict[str, Any], names: Iterable[str] | None = None) -> list:
     """The per-evaluation metrics of one evaluation (a history row or a trial's report), at its optimizer
-    step: train loss, train seconds, samples/s and the workload's metrics (`names`, else the event's
+    step: train loss, train seconds, samples/s (tokens/s and MFU where counted) and the workload's metrics (`names`, else the event's
     `metric_names`, else val_accuracy)."""
     names = list(names if names is not None else event.get(METRIC_NAMES) or [M_VAL_ACCURACY])
     return metrics({k: event[k] for k in (*EVAL_METRICS, *names) if event.get(k) is not None},

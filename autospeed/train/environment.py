@@ -30,7 +30,7 @@ def environment(device: torch.device | str | None = None) -> dict[str, Any]:
     cuda = device.type == "cuda"
     env = {
         "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if cuda else cpu_model(),
+        "device_name": device_name(device),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -44,6 +44,11 @@ def environment(device: torch.device | str | None = None) -> dict[str, Any]:
         "node": node_name(),
     }
     return env
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name as CUDA gives it (e.g. 'NVIDIA H100 80GB HBM3'), or the CPU's model."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
 def node_name(ray_node_id: str | None = None) -> str:

@@ -44,6 +44,9 @@ class EvalEvent:
     peak_memory_mb: float | None  # so far (None where it cannot be measured per run)
     objective: float  # the censored objective if the run ended now (outcome.objective)
     best_metrics: dict[str, float] = field(default_factory=dict)  # best of each metric so far, in its direction
+    # over the same steps as samples_per_second, where the workload counts them (autospeed.train.throughput)
+    tokens_per_second: float | None = None
+    mfu: float | None = None  # model FLOPs utilisation: a fraction of the device's dense bf16 peak
 
     @property
     def val_accuracy(self) -> float | None:
@@ -55,7 +58,8 @@ class EvalEvent:
 
     def flat(self) -> dict[str, float]:
         """One history row: the scalars and every metric at the top level."""
-        row = {k: v for k, v in asdict(self).items() if k not in ("metrics", "best_metrics", "reached")}
+        row = {k: v for k, v in asdict(self).items() if k not in ("metrics", "best_metrics", "reached")
+               and not (k in ("tokens_per_second", "mfu") and v is None)}  # counted by some workloads only
         return {**row, **self.metrics, **{f"best_{k}": v for k, v in self.best_metrics.items()}}
 
 
@@ -88,6 +92,9 @@ class TrainResult:
     wall_to_target_seconds: float | None = None
     wall_clock_origin: str = "train() entry"  # PROCESS_START or TRAIN_ENTRY (module docstring)
     stderr_tail: str | None = None  # a user's script that failed: the last lines of its stderr (autospeed.train.script_run)
+    # over the whole train clock, like samples_per_second, where the workload counts them (autospeed.train.throughput)
+    tokens_per_second: float | None = None
+    mfu: float | None = None  # model FLOPs utilisation: a fraction of the device's dense bf16 peak
 
     @property
     def best_val_accuracy(self) -> float | None:

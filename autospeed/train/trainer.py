@@ -43,6 +43,7 @@ from autospeed.train.setup import (NOT_APPLICABLE, compile_mode, cross_entropy_l
 from autospeed.train.script_options import is_script
 from autospeed.train.script_run import train_script
 from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
+from autospeed.train.throughput import rates
 from autospeed.workloads import Workload, load_workload
 
 __all__ = ["EvalEvent", "TrainResult", "compile_mode", "pick_device", "train"]
@@ -143,6 +144,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
             torch.cuda.empty_cache()
 
     train_seconds = clock.total
+    samples_per_second = state["samples"] / train_seconds if train_seconds > 0 else 0.0
     applied.setdefault("data_loader", recipe.data_loader)
     applied.setdefault("autocast", {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none"))
     applied.setdefault("grad_scaler", recipe.precision == "fp16")
@@ -155,7 +157,8 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
         train_seconds=train_seconds, wall_seconds=time.perf_counter() - wall_start,
         compile_seconds=state["compile_seconds"], first_step_seconds=state["first_step_seconds"],
         peak_memory_mb=peak.mb(),
-        samples_per_second=state["samples"] / train_seconds if train_seconds > 0 else 0.0,
+        samples_per_second=samples_per_second,
+        **rates(samples_per_second, workload, device),
         steps=state["step"], epochs_done=state["step"] / state["steps_per_epoch"],
         evaluations=state["evals"], applied=applied,
         environment={**environment(device), "workers": applied["workers"]},  # devices a TTA used (one each)
@@ -239,15 +242,17 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
             state["best"] = state["best_metrics"][target.metric]
             reached = target.met(state["best"])
             interval = train_seconds - clock_at_last_eval
+            samples_per_second = samples_since_eval / interval if interval > 0 else 0.0
             event = EvalEvent(
                 step=state["step"], epoch=state["step"] / batches.steps_per_epoch, samples=state["samples"],
                 train_seconds=train_seconds, wall_seconds=time.perf_counter() - wall_start,
                 metrics=values, value=values[target.metric], best_value=state["best"], train_loss=train_loss,
-                samples_per_second=samples_since_eval / interval if interval > 0 else 0.0,
+                samples_per_second=samples_per_second,
                 reached=reached, compile_seconds=state["compile_seconds"], peak_memory_mb=peak.mb(),
                 objective=objective(Status.RUNNING, train_seconds if reached else None, state["best"],
                                     target.value, recipe.max_train_seconds, target.mode),
                 best_metrics=dict(state["best_metrics"]),
+                **rates(samples_per_second, workload, device),
             )
             history.append(event.flat())
             if not math.isfinite(train_loss):

@@ -74,6 +74,11 @@ class Workload:
     metrics: dict[str, Metric | str] = field(default_factory=lambda: dict(CLASSIFICATION_METRICS))
     # Samples per batch the trainer reads validation data in.
     eval_batch_size: int = 1024
+    # Throughput in the workload's own units: tokens in one training sample (a GPT's context), so a run
+    # reports tokens/s; the model FLOPs of one training sample, forward and backward (6 x parameters x
+    # tokens plus attention, as nanoGPT and PaLM count them), so a run on a GPU of known peak reports MFU.
+    tokens_per_sample: int | None = None
+    train_flops_per_sample: float | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.build_model):
