@@ -69,10 +69,16 @@ def machine_line(device: str = "cpu") -> str:
             f"{env['platform']}")
 
 
+# The commit a run on the device machine measures, named by whoever sent the tree there (gpu_checks.sh).
+COMMIT_ENV = "AUTOSPEED_COMMIT"
+
+
 def commit() -> str:
     """`git describe --always --dirty` of the checkout, except that results files do not make it dirty
     (a run regenerating several of them in turn would otherwise call every later one dirty) while
     untracked source files do; a dirty tree names up to five of the paths that differ."""
+    if os.environ.get(COMMIT_ENV):  # the device machine's copy of the tree has no current .git
+        return f"{os.environ[COMMIT_ENV]} (as {COMMIT_ENV} named it)"
     git = ["git", "-C", str(ROOT)]
     try:
         described = subprocess.run([*git, "describe", "--always"], capture_output=True, text=True,

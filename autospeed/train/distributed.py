@@ -32,10 +32,13 @@ class Replicas:
     @classmethod
     def joined(cls, workers: int) -> "Replicas | None":
         """The process group this process is in, for a recipe of `workers` workers; None for one
-        worker (no process group, the plain single-process path)."""
-        if workers == 1:
+        worker (no process group, the plain single-process path) unless the process is in a group of
+        one (one Ray Train worker: DDP over its group of one, how experiments/gpu_checks.sh checks NCCL
+        DDP on a single GPU)."""
+        in_group = dist.is_available() and dist.is_initialized()
+        if workers == 1 and not (in_group and dist.get_world_size() == 1):
             return None
-        if not (dist.is_available() and dist.is_initialized()):
+        if not in_group:
             raise RuntimeError(f"the recipe asks for workers: {workers} but this process is in no torch.distributed "
                                f"process group; train it with `autospeed train`, which starts the workers through "
                                f"Ray Train, or set workers: 1")

@@ -108,6 +108,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
     # What really acted (DESIGN.md "Honest figures"): workers from the process group that formed, and each
     # knob's value as it took effect, `not_applicable` where it cannot act here (setup.not_applied lists them)
     applied: dict[str, Any] = {"device": device.type, "workers": replicas.world_size if replicas else 1,
+                               "ddp": replicas is not None,  # under DistributedDataParallel
                                "accumulation_steps": recipe.accumulation_steps,
                                # the default loss smooths labels; a workload's own loss decides for itself
                                "label_smoothing": recipe.label_smoothing if workload.loss is None else 0.0}

@@ -92,3 +92,19 @@ def test_two_workers_make_the_update_of_one_worker_with_twice_the_batch(two_work
 def test_a_multi_worker_recipe_outside_a_process_group_says_how_to_run_it():
     with pytest.raises(RuntimeError, match="autospeed train"):
         train(Recipe(**EXACT, workers=2, batch_size=16))
+
+
+def test_a_worker_in_a_group_of_one_trains_under_ddp_as_one_worker_would(tmp_path):
+    """One Ray Train worker (a process group of one, how gpu_checks.sh runs NCCL DDP on one GPU) trains
+    its `workers: 1` recipe under DDP, to the same parameters as the plain single-process path."""
+    recipe = Recipe(**EXACT, batch_size=16)
+    plain, plain_params = _trained(recipe)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        grouped, grouped_params = _trained(recipe)
+    finally:
+        dist.destroy_process_group()
+    assert not plain["applied"]["ddp"] and grouped["applied"]["ddp"]
+    assert grouped["applied"]["workers"] == 1
+    for a, b in zip(plain_params, grouped_params):
+        torch.testing.assert_close(a, b)
