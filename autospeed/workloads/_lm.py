@@ -59,16 +59,17 @@ class _Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Byte-level decoder: token + position embeddings, `depth` blocks, final norm, tied head."""
+    """Decoder over `vocab` token ids (bytes by default): token + position embeddings, `depth` blocks,
+    final norm, a head tied to the token embedding."""
 
-    def __init__(self, width: int = 64, depth: int = 2, heads: int = 4, context: int = 64):
+    def __init__(self, width: int = 64, depth: int = 2, heads: int = 4, context: int = 64, vocab: int = VOCAB):
         super().__init__()
         self.context = context
-        self.tok = nn.Embedding(VOCAB, width)
+        self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(context, width)
         self.checkpoint_blocks = nn.Sequential(*[_Block(width, heads) for _ in range(depth)])
         self.ln = nn.LayerNorm(width)
-        self.head = nn.Linear(width, VOCAB, bias=False)
+        self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.tok.weight  # weight tying
         for name, p in self.named_parameters():
             if p.dim() == 2:
@@ -77,26 +78,27 @@ class GPT(nn.Module):
                 nn.init.normal_(p, mean=0.0, std=std)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits [batch, time, 256] for byte ids [batch, time]."""
+        """Logits [batch, time, vocab] for token ids [batch, time]."""
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok(idx) + self.pos(positions)
         return self.head(self.ln(self.checkpoint_blocks(x)))
 
 
-def next_byte_loss(model: nn.Module, batch) -> torch.Tensor:
-    """Mean cross-entropy of the next byte, nats per byte."""
+def next_token_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Mean cross-entropy of the next token, nats per token (per byte for `lm`, whose tokens are bytes)."""
     x, y = batch
     logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, VOCAB).float(), y.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
 
 
 @torch.no_grad()
-def evaluate_bytes(model: nn.Module, batches) -> dict[str, float]:
-    """val_loss (nats per byte), val_perplexity and next-byte val_accuracy over every validation byte."""
+def evaluate_tokens(model: nn.Module, batches) -> dict[str, float]:
+    """val_loss (nats per token), val_perplexity and next-token val_accuracy over every validation token."""
     total_loss = torch.zeros((), dtype=torch.float64)
     correct, count = 0, 0
     for x, y in batches:
-        logits = model(x).reshape(-1, VOCAB).float()
+        logits = model(x)
+        logits = logits.reshape(-1, logits.shape[-1]).float()
         total_loss += F.cross_entropy(logits, y.reshape(-1), reduction="sum").double().cpu()
         correct += int((logits.argmax(1) == y.reshape(-1)).sum())
         count += y.numel()
@@ -125,7 +127,7 @@ def stdlib_source(corpus_bytes: int) -> tuple[np.ndarray, list[str]]:
 
 
 def _windows(data: np.ndarray, context: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Non-overlapping windows of `context` bytes and the same windows shifted by one byte."""
+    """Non-overlapping windows of `context` token ids (int64) and the same windows shifted by one token."""
     n = (len(data) - 1) // context
     ids = torch.from_numpy(np.array(data[: n * context + 1], dtype=np.int64))
     return ids[:-1].view(n, context), ids[1:].view(n, context)
@@ -160,5 +162,5 @@ def lm(width: int = 64, depth: int = 2, heads: int = 4, context: int = 64, corpu
     return Workload(
         name="lm", train_x=tx, train_y=ty, val_x=vx, val_y=vy,
         build_model=lambda: GPT(width, depth, heads, context),
-        loss=next_byte_loss, evaluate=evaluate_bytes, metrics=dict(LM_METRICS), eval_batch_size=256,
+        loss=next_token_loss, evaluate=evaluate_tokens, metrics=dict(LM_METRICS), eval_batch_size=256,
     )
