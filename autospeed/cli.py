@@ -64,6 +64,7 @@ def cmd_train(args) -> int:
     what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
     print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
+    cache = None if args.no_compile_cache else _load_compile_cache(recipe, args.config, out)
 
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         # Ray Train starts the workers and their process group; rank 0's result comes back (no live bar:
@@ -82,6 +83,11 @@ def cmd_train(args) -> int:
             result = train(recipe, workload, on_eval=bar.update)
         finally:
             bar.close()
+        if cache is not None and workload is not None:  # compiled here (a script or workers compile elsewhere)
+            from autospeed.train.compile_cache import graph_hits
+
+            hits, misses = graph_hits()
+            print(f"compile cache: {hits} of {hits + misses} compiled graphs found in it", file=out)
     if client is not None:
         run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
@@ -106,6 +112,29 @@ def cmd_train(args) -> int:
     if result.error:
         _err(f"run {result.status}: {result.error}")
     return EXIT_FAILURE if result.status.infeasible else EXIT_OK
+
+
+def _load_compile_cache(recipe, config: str, out):
+    """Load the recipe's shipped compile cache (`measured.compile_cache`, a file beside the recipe) before anything
+    compiles; it fills the local inductor cache, which this process and its workers on this node read. A missing
+    or corrupt file is one warning line, and training compiles from scratch; a cache from another torch or device
+    is no error, its graphs are just not found. Returns what was loaded, or None."""
+    name = recipe.measured.compile_cache if recipe.measured is not None else None
+    if not name or recipe.compile == "none":
+        return None
+    from pathlib import Path
+
+    from autospeed.train import compile_cache
+
+    path = Path(config).parent / name
+    try:
+        loaded = compile_cache.load(path)
+    except compile_cache.CacheNotLoaded as e:
+        print(f"warning: {config}: compile cache not loaded: {e}; torch.compile compiles from scratch",
+              file=sys.stderr)
+        return None
+    print(f"compile cache: loaded {path} ({loaded.describe()} artifacts)", file=out)
+    return loaded
 
 
 def _with_script(recipe, args):
@@ -219,8 +248,13 @@ def cmd_export(args) -> int:
     # the trial's own search TTA: measured, or predicted and marked ~ (runs.tta_text)
     tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else tta_text(best)
     print(f"wrote {path}: trial {best.trial_id}, search TTA {tta}; train it with: autospeed train --config {path}")
-    for line in speedup_lines(load_recipe(path).measured):
+    measured = load_recipe(path).measured
+    for line in speedup_lines(measured):
         print(line)
+    if measured is not None and measured.compile_cache:
+        cache = path.parent / measured.compile_cache
+        print(f"wrote {cache}: torch.compile's cache of this recipe ({cache.stat().st_size / 1e6:.1f} MB); "
+              f"autospeed train loads it before compiling (keep it beside {path.name})")
     return EXIT_OK
 
 
@@ -280,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--experiment", help="MLflow experiment for the run (default: autospeed-train)")
     t.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
     t.add_argument("--json", action="store_true", help="print the result object as JSON on stdout")
+    t.add_argument("--no-compile-cache", action="store_true",
+                   help="ignore the recipe's shipped compile cache (measured.compile_cache): compile from scratch")
     t.set_defaults(func=cmd_train)
 
     uri_help = "MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"

@@ -119,6 +119,10 @@ class Measured(_Strict):
     ablation: dict[str, float] | None = None
     ablation_at_least: list[str] | None = None
     environment: dict[str, Any] | None = None
+    # torch.compile's cache artifacts of the winner (its last confirmation run's), a file beside this recipe:
+    # `autospeed train` loads it before compiling (autospeed.train.compile_cache); absent for a recipe that does
+    # not compile or was not confirmed
+    compile_cache: str | None = None
 
 
 class Recipe(_Strict):

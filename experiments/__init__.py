@@ -235,6 +235,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--config", "{quick}/recipe.yaml", "--repeats", "2", "--out", "{out}/cold_start.md"),
         quick_writes=("cold_start.md",), gpu=True),
     Experiment(
+        "compile_cache", "compile_cache.py", "a compiled recipe's `autospeed train` in fresh processes on a new "
+        "machine (empty inductor cache), with and without the compile cache exported beside it: first step and TTA",
+        runs=(_r("--runs", "5", "--out", f"{RESULTS}/cold_start_cache_cpu.md", writes=("cold_start_cache_cpu.md",)),),
+        note="no quick pass: every run compiles (10-20 s on 2 cores); tests/train/test_compile_cache.py round-trips "
+             "the cache"),
+    Experiment(
         "gpu_wheels", "gpu_wheels.sh", "fills .whl/ with the wheels gpu_checks.sh installs on an offline GPU "
         "machine (needs the network)", helper=True),
 )

@@ -45,7 +45,7 @@ from autospeed.outcome import (REMEASURE_RUNS, Status, interval_note, is_infeasi
                                remeasure_interval, sequential_confidence, speedup_interval)
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
-from autospeed.track.export import exportable, predicting
+from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 from autospeed.space import SearchSpec
 from autospeed.train.script_options import is_script
 from autospeed.train.process import train_in_fresh_process
@@ -69,6 +69,7 @@ class Candidate:
     train_seconds: list[float] = field(default_factory=list)  # train clock of each run: what it cost
     # (seconds, low, high) of a trial that did not reach but was predicted (autospeed.predict)
     search_predicted: tuple[float, float | None, float | None] | None = None
+    run_id: str | None = None  # the trial's MLflow run: a compiled winner's compile cache is logged on it
 
     @property
     def label(self) -> str:
@@ -190,7 +191,7 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),
-                      search_predicted=_predicted_of(r)) for r in chosen]
+                      search_predicted=_predicted_of(r), run_id=r.run_id) for r in chosen]
 
 
 def _predicted_of(r) -> tuple[float, float | None, float | None] | None:
@@ -203,15 +204,16 @@ def _threads(spec: SearchSpec) -> int | None:
     return spec.resources.cpus_per_trial or os.cpu_count()
 
 
-def train_like_production(recipe: Recipe, spec: SearchSpec):
+def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: str | None = None):
     """One confirmation or ablation run: in a fresh process (data-parallel: on Ray Train workers, as in its
-    trial), never in this driver."""
+    trial), never in this driver. `compile_cache_to`: where a compiled run in a fresh process leaves its
+    torch.compile cache (autospeed.train.compile_cache; none from data-parallel workers)."""
     from autospeed.search.data_parallel import train_on_workers
 
     threads = _threads(spec)
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers
         return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
-    return train_in_fresh_process(recipe, threads)
+    return train_in_fresh_process(recipe, threads, compile_cache_to)
 
 
 def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
@@ -248,26 +250,52 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
           f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process "
           f"({of_total} runs)", file=console, flush=True)
     done = 0
+    caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
 
     def run_round(r: int) -> None:
         nonlocal done
-        for c in candidates:
+        for i, c in enumerate(candidates):
             seed = c.recipe.seed + SEED_OFFSET + r
-            result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec)
+            result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec,
+                                   compile_cache_to=_cache_file(caches.name, i, c))
             done += 1
             print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}",
                   file=console, flush=True)
 
-    try:
-        repeats = confirm_rounds(candidates, repeats, max_repeats, run_round, confidence)
-    except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
-        end_killed(client, parent, t.KIND_CONFIRM)
-        raise
+    with caches:
+        try:
+            repeats = confirm_rounds(candidates, repeats, max_repeats, run_round, confidence)
+        except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
+            end_killed(client, parent, t.KIND_CONFIRM)
+            raise
 
-    outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
-                      given_note=spec.confirm.baseline_tta_note)
-    _log_parent(client, parent_run_id, outcome, trials_total)
+        outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
+                          given_note=spec.confirm.baseline_tta_note)
+        _log_parent(client, parent_run_id, outcome, trials_total)
+        if outcome.winner is not None:
+            _log_compile_cache(client, outcome.winner,
+                               _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner), console)
     return outcome
+
+
+def _cache_file(folder: str, index: int, c: Candidate) -> str | None:
+    """Where candidate `index`'s runs leave their compile cache (each run overwrites the last); None for a recipe
+    that does not compile."""
+    if c.recipe.compile == "none":
+        return None
+    return os.path.join(folder, str(index), COMPILE_CACHE_ARTIFACT)
+
+
+def _log_compile_cache(client, winner: Candidate, path: str | None, console) -> None:
+    """The confirmed winner's compile cache (its last confirmation run's) as an artifact of its trial run, where
+    `autospeed export` finds it and writes it beside best.yaml."""
+    if path is None or winner.run_id is None or not os.path.exists(path):
+        return
+    with t.interrupts_held():
+        client.log_artifact(winner.run_id, path)
+    print(f"compile cache of the confirmed best: {os.path.getsize(path) / 1e6:.1f} MB of torch.compile artifacts "
+          f"from its last confirmation run, logged on its trial run (autospeed export writes it beside the recipe)",
+          file=console, flush=True)
 
 
 def compute_line(outcome: ConfirmOutcome) -> str:
@@ -332,12 +360,13 @@ def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFI
 
 
 def train_and_log(client, parent, search_id: str, c: Candidate, repeat: int, seed: int, trials_total: int,
-                  kind: str, spec: SearchSpec, tags: dict[str, str] | None = None):
+                  kind: str, spec: SearchSpec, tags: dict[str, str] | None = None,
+                  compile_cache_to: str | None = None):
     """One confirmation or ablation run of `c` with `seed`: its MLflow child run of `kind` opened, the recipe
     trained like production, the run finished and the result recorded on `c`. Returns the result."""
     recipe = c.recipe.model_copy(update={"seed": seed})
     run_id = _start_run(client, parent, search_id, c, repeat, recipe, trials_total, kind, tags)
-    result = train_like_production(recipe, spec)
+    result = train_like_production(recipe, spec, compile_cache_to)
     t.finish_run(client, run_id, recipe, result)
     c.record(result)
     return result

@@ -25,7 +25,6 @@ from autospeed.search.records import counted
 from autospeed.search.storage import (SearchDir, check_writable, latest_search_dir, search_lock, search_root,
                                       write_refused)
 from autospeed.space import Param, SearchSpec
-from autospeed.yamlio import write_atomic
 
 
 PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
@@ -354,10 +353,10 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
 
 
 def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent_id: str) -> Path:
-    from autospeed.track.export import best_recipe_yaml
+    from autospeed.track.export import export
 
-    text, _ = best_recipe_yaml(client, name, search_id)  # this search's, not a same-named one's
-    path = write_atomic(search_dir.best_yaml, text)
+    # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
+    path, _ = export(client, name, search_dir.best_yaml, search_id)
     with t.interrupts_held():
         client.log_artifact(parent_id, str(path))
     return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,12 @@ from autospeed.track import runs as res
 from autospeed.track import layout as t
 from autospeed.errors import RunFailure
 from autospeed.recipe import Measured, load_recipe
-from autospeed.yamlio import write_atomic
+from autospeed.yamlio import atomic_path, write_atomic
+
+# The confirmed winner's torch.compile cache artifacts, an artifact of its trial run (search/confirm.py), and the
+# file `autospeed export` writes beside the recipe: best.yaml -> best.compile-cache.bin
+COMPILE_CACHE_ARTIFACT = "compile-cache.bin"
+COMPILE_CACHE_SUFFIX = ".compile-cache.bin"
 
 
 def exportable(rows: list[res.TrialRow], predicting: bool = False) -> list[res.TrialRow]:
@@ -38,9 +44,29 @@ def production_budget_seconds(parent) -> float | None:
     return float(value) if value not in (None, "", "None") else None
 
 
-def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[str, res.TrialRow]:
+def compile_cache_beside(recipe_path: str | os.PathLike) -> Path:
+    """Where an exported recipe's compile cache goes: best.yaml -> best.compile-cache.bin, in the same folder."""
+    path = Path(recipe_path)
+    return path.with_name(path.stem + COMPILE_CACHE_SUFFIX)
+
+
+def fetch_compile_cache(client, run_id: str, dest: str | os.PathLike) -> bool:
+    """Copy the trial run's compile cache artifact to `dest` (atomically); False (nothing written) when the run
+    has none."""
+    if COMPILE_CACHE_ARTIFACT not in {a.path for a in client.list_artifacts(run_id)}:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        got = client.download_artifacts(run_id, COMPILE_CACHE_ARTIFACT, tmp)
+        with atomic_path(dest) as part:
+            shutil.copyfile(got, part)
+    return True
+
+
+def best_recipe_yaml(client, name: str, search_id: str | None = None,
+                     compile_cache: str | os.PathLike | None = None) -> tuple[str, res.TrialRow]:
     """(best.yaml text, the winning trial) for search `search_id`, else the latest search named `name`: the
-    confirmed winner, else the first trial that reached or was predicted."""
+    confirmed winner, else the first trial that reached or was predicted. With `compile_cache` (the path the
+    recipe will have beside it), a compiled winner's cache is written there and named in `measured`."""
     parent = res.find_parent(client, name, search_id)
     rows = res.trial_rows(client, parent)
     confirmed_trial = parent.data.tags.get(t.TAG_CONFIRMED_BEST)
@@ -92,6 +118,9 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
         measured.tta_predicted_seconds = best.tta_predicted_seconds
         measured.tta_predicted_low_seconds = best.tta_predicted_low_seconds
         measured.tta_predicted_high_seconds = best.tta_predicted_high_seconds
+    if compile_cache is not None and recipe.compile != "none" and fetch_compile_cache(client, best.run_id,
+                                                                                       compile_cache):
+        measured.compile_cache = Path(compile_cache).name  # beside the recipe: it moves with it
     recipe.measured = measured
     if measured.confirmed:
         how = f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"
@@ -107,7 +136,9 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None) -> tuple[s
               f"# TTA is train-clock seconds to {recipe.resolved_target.describe()} on "
               f"{f'{recipe.workers} data-parallel workers (one device each) on ' if recipe.workers > 1 else ''}"
               f"{env.get('device_name', 'the search machine')}, "
-              f"{how}; `measured` is ignored by training.\n{budget_note}")
+              f"{how}; `measured` is ignored by training.\n{budget_note}"
+              + ("# measured.compile_cache: torch.compile's cache artifacts of this recipe (a confirmation run's), "
+                 "loaded by `autospeed train` before it compiles.\n" if measured.compile_cache else ""))
     return header + recipe.to_yaml(), best
 
 
@@ -169,6 +200,8 @@ def _ablation_lines(measured: Measured) -> list[str]:
     return ["speed-up lost without each knob (ablation): " + ", ".join(parts)]
 
 
-def export(client, name: str, out: str | os.PathLike) -> tuple[Path, res.TrialRow]:
-    text, best = best_recipe_yaml(client, name)
+def export(client, name: str, out: str | os.PathLike, search_id: str | None = None) -> tuple[Path, res.TrialRow]:
+    """Write best.yaml to `out` and, for a compiled winner whose trial run holds a compile cache, the cache beside
+    it first (best.compile-cache.bin), so the recipe never names a file not yet there."""
+    text, best = best_recipe_yaml(client, name, search_id, compile_cache=compile_cache_beside(out))
     return write_atomic(out, text), best

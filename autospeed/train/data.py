@@ -13,7 +13,7 @@ import itertools
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
 from autospeed.recipe import Recipe
 from autospeed.workloads import Workload
@@ -39,6 +39,20 @@ def dataset_length(dataset, which: str) -> int:
                          f"(samples per pass) so epochs and the LR schedule have a length") from None
 
 
+class AugmentedTensors(Dataset):
+    """(x[i], y[i]) pairs with `augment` applied to x[i] as the DataLoader reads it: per sample, in the
+    loader's worker processes where it has them (`Workload.loader_augment`)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, augment):
+        self.x, self.y, self.augment = x, y, augment
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.augment(self.x[i]), self.y[i]
+
+
 def make_loader(recipe: Recipe, dataset, batch_size: int, shuffle: bool, drop_last: bool, generator, pin: bool,
                 sampler=None, **extra):
     """torch's DataLoader with the recipe's loader knobs (workers, prefetch, persistence); `extra`: the
@@ -59,7 +73,8 @@ class Batches:
     worker a distinct batch_size of them. On the resident path every worker draws the same
     permutation and takes its own slice of each global micro-batch, so N workers of batch B see
     exactly the samples one worker of batch N x B would; the DataLoader path shards with torch's
-    DistributedSampler. `applied_loader` is the loader that took effect.
+    DistributedSampler. `applied_loader` is the loader that took effect; `augmented_in_loader`: the
+    DataLoader applies the workload's `loader_augment` (so the device `augment` must not).
     """
 
     def __init__(self, recipe: Recipe, workload: Workload, device: torch.device, channels_last: bool,
@@ -80,10 +95,13 @@ class Batches:
         self.non_blocking = recipe.pin_memory and device.type == "cuda"  # pinned host memory copies async
         self.resident = recipe.data_loader == "device" and dataset is None
         self.applied_loader = "device" if self.resident else "dataloader"
+        self.augmented_in_loader = not self.resident and dataset is None and workload.loader_augment is not None
         if self.resident:
             self.x, self.y = workload.train_x.to(device), workload.train_y.to(device)
         else:
-            if dataset is None:
+            if self.augmented_in_loader:
+                dataset = AugmentedTensors(workload.train_x, workload.train_y, workload.loader_augment)
+            elif dataset is None:
                 dataset = TensorDataset(workload.train_x, workload.train_y)
             self.sampler = None if world_size == 1 else DistributedSampler(
                 dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=recipe.seed, drop_last=True)

@@ -33,11 +33,16 @@ def _ignore_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _train_here(recipe: Recipe, threads: int | None):
+def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
     from autospeed.train.trainer import train
     from autospeed.workloads import load_workload_once
 
-    return train(recipe, load_workload_once(recipe.workload, recipe.workload_options), num_threads=threads)
+    result = train(recipe, load_workload_once(recipe.workload, recipe.workload_options), num_threads=threads)
+    if compile_cache_to is not None and result.applied.get("compile", "none") != "none":
+        from autospeed.train import compile_cache
+
+        compile_cache.save(compile_cache_to)  # what this process compiled: this recipe's graphs only
+    return result
 
 
 class LeanProcess:
@@ -48,10 +53,13 @@ class LeanProcess:
     def __init__(self):
         self._pool = None
 
-    def train(self, recipe: Recipe, threads: int | None):
+    def train(self, recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
+        """`train(recipe)` there; with `compile_cache_to`, a compiled run also saves the compile artifacts the
+        process recorded to that file (autospeed.train.compile_cache): ask it of a process's only run, since
+        they are every compile of the process."""
         if self._pool is None:
             self._pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_ctrl_c)
-        return self._pool.apply(_train_here, (recipe, threads))
+        return self._pool.apply(_train_here, (recipe, threads, compile_cache_to))
 
     def __enter__(self) -> "LeanProcess":
         return self
@@ -66,7 +74,9 @@ class LeanProcess:
         self._pool.join()
 
 
-def train_in_fresh_process(recipe: Recipe, threads: int | None):
-    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock."""
+def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
+    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock. With
+    `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that file (the winner's is
+    exported beside best.yaml)."""
     with LeanProcess() as process:
-        return process.train(recipe, threads)
+        return process.train(recipe, threads, compile_cache_to)

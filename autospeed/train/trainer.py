@@ -179,7 +179,8 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
     forward, attention = forward_context(recipe, device, applied)
     autocast = autocast_only(recipe, device)
     stepper = Stepper(recipe, device, applied, recipe.accumulation_steps)
-    augment = workload.augment
+    augment = None if batches.augmented_in_loader else workload.augment  # the loader's workers augmented
+    applied["augment"] = "loader" if batches.augmented_in_loader else "device" if augment is not None else "none"
     k = recipe.accumulation_steps
     # Under DDP, micro-batches before the last of a step skip the gradient all-reduce (DDP's no_sync);
     # the last one averages the accumulated gradients over the workers.

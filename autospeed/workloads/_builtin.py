@@ -119,35 +119,43 @@ CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
 
-def cifar10(data_dir: str = "", download: bool = False, widths: tuple[int, ...] = (64, 256, 256, 256)) -> Workload:
-    """CIFAR-10 from a local folder (torchvision layout); an airbench-style ConvNet with flip+crop."""
+def cifar10_images(data_dir: str, download: bool | None = None) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """CIFAR-10's train and test sets from `data_dir` (torchvision layout): ((x, y), (x_val, y_val)), x as
+    uint8 (N, 3, 32, 32), y as int64. `download`: the workload's option (None where it has none)."""
     from torchvision.datasets import CIFAR10
 
-    if not data_dir:
-        raise UserError("workload_options.data_dir: cifar10 needs the folder holding cifar-10-batches-py; "
-                        "set data_dir (or download: true where a network exists)")
     root = Path(data_dir).expanduser()
     try:
-        train = CIFAR10(str(root), train=True, download=download)
-        val = CIFAR10(str(root), train=False, download=download)
+        train = CIFAR10(str(root), train=True, download=bool(download))
+        val = CIFAR10(str(root), train=False, download=bool(download))
     except RuntimeError as e:
         raise UserError(
             f"workload_options.data_dir: no CIFAR-10 data in {root} ({str(e).splitlines()[0]}); "
-            f"put the extracted cifar-10-batches-py folder there (from https://www.cs.toronto.edu/~kriz/cifar.html) "
-            f"or set download: true where a network exists"
+            f"put the extracted cifar-10-batches-py folder there (from https://www.cs.toronto.edu/~kriz/cifar.html)"
+            + (" or set download: true where a network exists" if download is not None else "")
         ) from None
     except OSError as e:
         raise UserError(f"workload_options.data_dir: cannot download CIFAR-10 into {root} ({e}); "
                         f"fetch it elsewhere and copy cifar-10-batches-py there") from None
-    mean = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(CIFAR_STD).view(1, 3, 1, 1)
+    return tuple((torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(),
+                  torch.tensor(ds.targets, dtype=torch.int64)) for ds in (train, val))
 
-    def tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.tensor(ds.data).permute(0, 3, 1, 2).float().div_(255)
-        return (x - mean) / std, torch.tensor(ds.targets, dtype=torch.int64)
 
-    (tx, ty), (vx, vy) = tensors(train), tensors(val)
-    return Workload(name="cifar10", train_x=tx, train_y=ty, val_x=vx, val_y=vy,
+def normalised(images: torch.Tensor, mean, std) -> torch.Tensor:
+    """uint8 images (N, C, H, W) as float32, scaled to [0, 1], less the per-channel mean, over the std."""
+    mean = torch.tensor(mean).view(1, -1, 1, 1)
+    std = torch.tensor(std).view(1, -1, 1, 1)
+    return (images.float().div_(255) - mean) / std
+
+
+def cifar10(data_dir: str = "", download: bool = False, widths: tuple[int, ...] = (64, 256, 256, 256)) -> Workload:
+    """CIFAR-10 from a local folder (torchvision layout); an airbench-style ConvNet with flip+crop."""
+    if not data_dir:
+        raise UserError("workload_options.data_dir: cifar10 needs the folder holding cifar-10-batches-py; "
+                        "set data_dir (or download: true where a network exists)")
+    (tx, ty), (vx, vy) = cifar10_images(data_dir, download)
+    return Workload(name="cifar10", train_x=normalised(tx, CIFAR_MEAN, CIFAR_STD), train_y=ty,
+                    val_x=normalised(vx, CIFAR_MEAN, CIFAR_STD), val_y=vy,
                     build_model=lambda: ConvNet(3, tuple(widths), 10), num_classes=10,
                     augment=_flip_and_crop(2), images=True)
 

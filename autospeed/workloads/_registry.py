@@ -8,7 +8,7 @@ import json
 from typing import Any, Callable
 
 from autospeed.errors import UserError
-from autospeed.workloads import _builtin, _lm
+from autospeed.workloads import _builtin, _gpt, _lm, _vision
 from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload, with_memory_limit
 
 BUILTIN: dict[str, Callable[..., Workload]] = {
@@ -17,11 +17,15 @@ BUILTIN: dict[str, Callable[..., Workload]] = {
     "cifar10": _builtin.cifar10,
     "synthetic": _builtin.synthetic,
     "lm": _lm.lm,
+    "resnet": _vision.resnet,
+    "gpt": _gpt.gpt,
 }
 # What each built-in's evaluation reports, known without building it (so `validate` can check a target).
 BUILTIN_METRICS: dict[str, dict[str, Metric]] = {
     **{name: CLASSIFICATION_METRICS for name in ("mnist1d", "digits", "cifar10", "synthetic")},
     "lm": _lm.LM_METRICS,
+    "resnet": CLASSIFICATION_METRICS,
+    "gpt": _gpt.GPT_METRICS,
 }
 
 

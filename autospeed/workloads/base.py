@@ -79,6 +79,10 @@ class Workload:
     # tokens plus attention, as nanoGPT and PaLM count them), so a run on a GPU of known peak reports MFU.
     tokens_per_sample: int | None = None
     train_flops_per_sample: float | None = None
+    # A per-sample (C, H, W) -> (C, H, W) transform (e.g. random crop and flip) for a tensor workload read
+    # through a DataLoader (`data_loader: dataloader`): it runs in the loader's worker processes, as people
+    # write augmentation, and `augment` is then not applied on the device. Must pickle (no lambdas) for workers.
+    loader_augment: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.build_model):
@@ -90,6 +94,9 @@ class Workload:
                              f"(train_dataset, val_dataset), not both")
         if any(datasets) and not all(datasets):
             raise ValueError(f"workload {self.name!r}: give both train_dataset and val_dataset")
+        if any(datasets) and self.loader_augment is not None:
+            raise ValueError(f"workload {self.name!r}: loader_augment is for tensor data; a Dataset applies "
+                             f"its own transforms in __getitem__")
         if not any(datasets):
             if not all(tensors):
                 raise ValueError(f"workload {self.name!r}: give train_x, train_y, val_x and val_y "

@@ -9,8 +9,8 @@ from autospeed.errors import UserError
 from autospeed.workloads import BUILTIN, Workload, describe, load_workload
 
 
-def test_five_builtins_are_described():
-    assert [name for name, _ in describe()] == ["mnist1d", "digits", "cifar10", "synthetic", "lm"]
+def test_the_builtins_are_described():
+    assert [name for name, _ in describe()] == ["mnist1d", "digits", "cifar10", "synthetic", "lm", "resnet", "gpt"]
     assert all(line for _, line in describe())
 
 
