@@ -1,6 +1,8 @@
 """Throughput of each speed knob relative to fp32 eager, measured side by side.
 
-One workload (`--workload mnist1d`, its 1-D CNN; or `--workload lm`, the byte-level GPT),
+One workload (`--workload mnist1d`, its 1-D CNN; `--workload lm`, the byte-level GPT; or the
+GPU-scale `resnet` and `gpt`, whose baselines are fp32 eager as people write them: a DataLoader with
+4 workers for the images, AdamW for the GPT, which also reports tokens/s and, on a GPU, MFU),
 one knob changed at a time from the baseline (mnist1d: fp32, no compile, SGD, batch 128,
 data on the device, no accumulation; lm: fp32, no compile, AdamW with torch's default
 implementation, attention backend chosen by torch, batch 32).
@@ -57,6 +59,12 @@ BASELINES = {
                       optimizer="sgd", lr=0.01),
     "lm": dict(precision="fp32", compile="none", batch_size=32, accumulation_steps=1, data_loader="device",
                optimizer="adamw", optimizer_impl="default", attention="auto", lr=0.001),
+    # the GPU-scale workloads' baselines as people write them: fp32, eager; images through a DataLoader with
+    # workers (flips and crops in the workers)
+    "resnet": dict(precision="fp32", compile="none", batch_size=128, accumulation_steps=1, data_loader="dataloader",
+                   num_workers=4, optimizer="sgd", lr=0.05),
+    "gpt": dict(precision="fp32", compile="none", batch_size=16, accumulation_steps=1, data_loader="device",
+                optimizer="adamw", optimizer_impl="default", attention="auto", lr=0.0006),
 }
 
 # (label, recipe overrides). The baseline is measured every round; ratios are against it.
@@ -110,7 +118,40 @@ GPU_IMAGE_VARIANTS: list[tuple[str, dict]] = [
     ("bf16 + channels_last + compile default", {"precision": "bf16", "channels_last": True, "compile": "default"}),
     ("bf16 + channels_last + batch 512", {"precision": "bf16", "channels_last": True, "batch_size": 512}),
 ]
-VARIANTS = {"mnist1d": MNIST1D_VARIANTS, "synthetic": MNIST1D_VARIANTS, "lm": LM_VARIANTS}
+RESNET_VARIANTS: list[tuple[str, dict]] = [
+    ("fp32 eager, DataLoader with 4 workers (baseline)", {}),
+    ("data on the device, flips and crops on it", {"data_loader": "device"}),
+    ("dataloader, pinned memory, persistent workers", {"pin_memory": True, "persistent_workers": True}),
+    ("precision tf32", {"precision": "tf32"}),
+    ("precision bf16", {"precision": "bf16"}),
+    ("precision fp16", {"precision": "fp16"}),
+    ("channels_last", {"channels_last": True}),
+    ("cudnn_benchmark", {"cudnn_benchmark": True}),
+    ("compile default", {"compile": "default"}),
+    ("compile max-autotune-no-cudagraphs", {"compile": "max-autotune-no-cudagraphs"}),
+    ("optimizer_impl fused", {"optimizer_impl": "fused"}),
+    ("batch 512", {"batch_size": 512}),
+    ("bf16 + channels_last + device data", {"precision": "bf16", "channels_last": True, "data_loader": "device"}),
+    ("bf16 + channels_last + device data + compile + batch 512",
+     {"precision": "bf16", "channels_last": True, "data_loader": "device", "compile": "default", "batch_size": 512}),
+]
+GPT_VARIANTS: list[tuple[str, dict]] = [
+    ("fp32 eager, AdamW (baseline)", {}),
+    ("precision tf32", {"precision": "tf32"}),
+    ("precision bf16", {"precision": "bf16"}),
+    ("bf16 + flash attention", {"precision": "bf16", "attention": "flash"}),
+    ("compile default", {"compile": "default"}),
+    ("optimizer_impl fused", {"optimizer_impl": "fused"}),
+    ("optimizer muon (+ AdamW)", {"optimizer": "muon"}),
+    ("batch 32", {"batch_size": 32}),
+    ("activation_checkpointing", {"activation_checkpointing": True}),
+    ("bf16 + flash + compile + fused AdamW",
+     {"precision": "bf16", "attention": "flash", "compile": "default", "optimizer_impl": "fused"}),
+    ("bf16 + flash + compile + fused AdamW + batch 32",
+     {"precision": "bf16", "attention": "flash", "compile": "default", "optimizer_impl": "fused", "batch_size": 32}),
+]
+VARIANTS = {"mnist1d": MNIST1D_VARIANTS, "synthetic": MNIST1D_VARIANTS, "lm": LM_VARIANTS,
+            "resnet": RESNET_VARIANTS, "gpt": GPT_VARIANTS}
 
 
 def measure(recipe: Recipe, workload, steps: int) -> dict:
@@ -124,8 +165,16 @@ def measure(recipe: Recipe, workload, steps: int) -> dict:
         # A variant that fails (diverged, oom) is a finding, not a crash: the table says how it failed.
         return {"failed": f"{result.status.value} after {len(result.history)} evaluations: {result.error}"}
     return {"samples_per_second": result.history[1]["samples_per_second"],
+            # where the workload counts them (a GPT): tokens/s, and MFU on a GPU of known peak
+            "tokens_per_second": result.history[1].get("tokens_per_second"), "mfu": result.history[1].get("mfu"),
             "first_step_seconds": result.first_step_seconds, "compile_seconds": result.compile_seconds,
             "applied": result.applied}
+
+
+def _median_of(runs: list[dict], key: str, fmt: str) -> str:
+    """The median of `key` over runs that report it, formatted; '-' where none does (MFU on a CPU)."""
+    values = [m[key] for m in runs if m.get(key) is not None]
+    return fmt.format(statistics.median(values)) if values else "-"
 
 
 def main() -> None:
@@ -152,7 +201,7 @@ def main() -> None:
     device = pick_device(base)
     print(provenance(device.type, end=False), flush=True)
     all_variants = VARIANTS[args.workload] + (
-        GPU_IMAGE_VARIANTS if device.type == "cuda" and args.workload != "lm" else [])
+        GPU_IMAGE_VARIANTS if device.type == "cuda" and args.workload in ("mnist1d", "synthetic") else [])
     variants = [(label, o) for label, o in all_variants if not any(s in label for s in args.skip)]
     runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
     with cpu_lock(exclusive=True):
@@ -170,20 +219,23 @@ def main() -> None:
     baseline = runs[all_variants[0][0]]
     what = (f"{args.workload} {json.dumps(options)} ({len(workload.train_x)} train)" if args.workload != "lm"
             else f"lm (byte-level GPT, {len(workload.train_x)} training windows of {workload.train_x.shape[1]} bytes)")
+    counted = workload.tokens_per_sample is not None  # tokens/s and MFU columns
     lines = [
         f"{what}, device {device.type}; "
         f"baseline {baseline_knobs}; samples/s on the train clock over {args.steps} optimizer steps after {args.steps} "
         f"warm-up steps; {args.rounds} interleaved rounds; ratio = median over rounds of variant / baseline "
         f"in the same round; compile s = first step of a compiled run (first: cold Inductor cache)",
         "",
-        "| variant | samples/s (median) | vs fp32 eager | min-max ratio | first step s | compile s | not applied |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| variant | samples/s (median) | vs fp32 eager | min-max ratio | first step s | compile s | not applied |"
+        + (" tokens/s (median) | MFU (median) |" if counted else ""),
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |" + (" ---: | ---: |" if counted else ""),
     ]
     for label, overrides in variants:
         pairs = [(m, b) for m, b in zip(runs[label], baseline) if "failed" not in m and "failed" not in b]
         failures = [m["failed"] for m in runs[label] if "failed" in m]
         if not pairs:
-            lines.append(f"| {label} | failed in every round: {failures[0]} | - | - | - | - | - |")
+            lines.append(f"| {label} | failed in every round: {failures[0]} | - | - | - | - | - |"
+                         + (" - | - |" if counted else ""))
             continue
         ms = [m for m, _ in pairs]
         ratios = [m["samples_per_second"] / b["samples_per_second"] for m, b in pairs]
@@ -197,7 +249,9 @@ def main() -> None:
                      f"**{statistics.median(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
                      f"{statistics.median(m['first_step_seconds'] for m in ms):.3f} | {compile_text} | "
                      f"{', '.join(not_applied) or '-'}"
-                     f"{f'; failed {len(failures)} of {args.rounds} rounds' if failures else ''} |")
+                     f"{f'; failed {len(failures)} of {args.rounds} rounds' if failures else ''} |"
+                     + (f" {_median_of(ms, 'tokens_per_second', '{:,.0f}')} | {_median_of(ms, 'mfu', '{:.1%}')} |"
+                        if counted else ""))
     emit_table(f"Knob throughput relative to fp32 eager ({args.workload}, {device.type})", lines, args.out,
                device.type)
 
