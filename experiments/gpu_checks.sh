@@ -101,8 +101,10 @@ spec = load_spec(sys.argv[1])
 recipe = spec.recipe_for({}, baseline=True).model_copy(update={"device": sys.argv[2], "epochs": 2})
 _ray.start_ray(None, verbose=False)
 gpus = sys.argv[2] == "cuda"
-result = data_parallel.fit(data_parallel._recipe_worker, {"recipe": recipe.model_dump_json(), "threads": 4},
-                           workers=1, cpus=6, gpus=gpus, storage_path=tempfile.mkdtemp(), name="ddp1").return_value
+cpus = min(8, int(ray.cluster_resources()["CPU"]))  # the worker's cores (and the driver's share)
+result = data_parallel.fit(data_parallel._recipe_worker,
+                           {"recipe": recipe.model_dump_json(), "threads": data_parallel.worker_threads(1, cpus)},
+                           workers=1, cpus=cpus, gpus=gpus, storage_path=tempfile.mkdtemp(), name="ddp1").return_value
 print("backend", "nccl" if gpus else "gloo", "status", result.status.value, "workers", result.applied["workers"],
       "ddp", result.applied.get("ddp"), "samples/s", round(result.samples_per_second), "best", result.best_value,
       "error", result.error)
