@@ -53,13 +53,14 @@ def test_confirm_runs_are_child_runs_interleaved(searched):
     assert [r.data.tags[t.TAG_BASELINE] for r in by_start] == ["false", "true"] * REPEATS
 
 
-def _confirm_samples(searched, baseline: bool, metric: str, trial_id: str | None = None) -> list[float]:
+def _confirm_samples(searched, baseline: bool | None, metric: str, trial_id: str | None = None) -> list[float]:
     """The samples of the search's latest confirmation (another test in this worker may have confirmed the shared
-    search again, over more trials: each confirm run says how many trials it chose from); `trial_id`: only that
-    trial's runs (the exported winner's, not another candidate's)."""
+    search again, over more trials: each confirm run says how many trials it chose from); `baseline`: only the
+    baseline's runs (True), only the others' (False), either (None); `trial_id`: only that trial's runs (the
+    exported winner's, not another candidate's)."""
     latest = int(searched.runs(t.KIND_SEARCH)[0].data.metrics[t.M_CONFIRM_TRIALS])
     return [r.data.metrics[metric] for r in searched.runs(t.KIND_CONFIRM)
-            if r.data.tags[t.TAG_BASELINE] == str(baseline).lower()
+            if (baseline is None or r.data.tags[t.TAG_BASELINE] == str(baseline).lower())
             and int(r.data.tags.get(t.TAG_CONFIRM_TRIALS, latest)) == latest
             and (trial_id is None or r.data.tags[t.TAG_TRIAL_ID] == trial_id)]
 
@@ -76,8 +77,10 @@ def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searc
     assert proc.returncode == 0, proc.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
     assert measured["confirmed"] is True and measured["repeats"] == REPEATS
+    # the winner's own runs: the shared search's digits baseline reaches its target in its first epoch, so on a
+    # loaded machine the baseline itself may win confirmation (then the speed-up is 1)
     winner = measured["trial_id"]
-    base, best = _confirm_samples(searched, True, t.M_TTA), _confirm_samples(searched, False, t.M_TTA, winner)
+    base, best = _confirm_samples(searched, True, t.M_TTA), _confirm_samples(searched, None, t.M_TTA, winner)
     assert len(base) == len(best) == REPEATS
     assert measured["baseline_tta_seconds_median"] == pytest.approx(statistics.median(base))
     assert measured["tta_seconds_median"] == pytest.approx(statistics.median(best))
@@ -87,7 +90,7 @@ def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searc
     assert low is not None and high is not None
     assert (measured["speedup_ci_low"], measured["speedup_ci_high"]) == pytest.approx((low, high))
     base_wall = _confirm_samples(searched, True, "wall_to_target_seconds")
-    best_wall = _confirm_samples(searched, False, "wall_to_target_seconds", winner)
+    best_wall = _confirm_samples(searched, None, "wall_to_target_seconds", winner)
     assert all(w >= tta for w, tta in zip(best_wall, best))  # start-up, data and evaluations included
     assert measured["wall_speedup_vs_baseline"] == pytest.approx(
         statistics.median(base_wall) / statistics.median(best_wall))
