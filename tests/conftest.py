@@ -29,8 +29,6 @@ def pytest_xdist_make_scheduler(config, log):
     `--dist loadgroup` marks are not seen by pytest 9's node ids.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    config.option.loadscopereorder = False  # keep the collection's order: the longest files first (below)
-
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = nodeid.split("::", 1)[0]
@@ -39,26 +37,9 @@ def pytest_xdist_make_scheduler(config, log):
     return ByFile(config, log)
 
 
-# The files that take longest (experiments/results/suite_durations.md), longest first. The two workers take
-# files in collection order, so these start first and the short files fill in around them: a long file
-# that started last would run alone at the end (xdist's own reorder, by number of tests, put the Ctrl-C and
-# SIGKILL tests, few but long, last).
-LONGEST_FIRST = ("tests/search/test_confirm.py", "tests/search/test_run.py", "tests/search/test_probe.py",
-                 "tests/show/test_browser.py",  # the shared finished search's group, about 200 s
-                 "tests/reliability/test_interrupt.py", "tests/search/test_data_parallel.py",
-                 "tests/reliability/test_kill_anywhere.py", "tests/script/test_script_search.py",
-                 "tests/reliability/test_tracking_outage.py", "tests/experiments/test_all.py",
-                 "tests/reliability/test_cluster.py", "tests/reliability/test_trial_faults.py",
-                 "tests/reliability/test_probe_resume.py", "tests/test_cli_train.py",
-                 "tests/train/test_compile_cache.py", "tests/reliability/test_full_disk.py",
-                 "tests/search/test_long_job.py", "tests/script/test_context.py")
-
-
 def pytest_collection_modifyitems(config, items):
-    """The longest files first (LONGEST_FIRST), each file's tests in their own order. A reader of the shared
-    search outside SHARED_SEARCH_FILES would build it a second time on the other worker: say where to list it."""
-    rank = {file: i for i, file in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: order kept within
+    """A reader of the shared search outside SHARED_SEARCH_FILES would build it a second time on the other
+    worker: say where to list it."""
     for item in items:
         file = item.nodeid.split("::", 1)[0]
         if "finished_search" in item.fixturenames and file not in SHARED_SEARCH_FILES:
