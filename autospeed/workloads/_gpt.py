@@ -33,7 +33,7 @@ import torch
 
 from autospeed.errors import UserError
 from autospeed.workloads._cache import cached_arrays
-from autospeed.workloads._lm import GPT, _windows, evaluate_tokens, next_token_loss, stdlib_source
+from autospeed.workloads._lm import GPT, _windows, check_options, evaluate_tokens, next_token_loss, stdlib_source
 from autospeed.workloads.base import Metric, Workload
 
 GPT_METRICS = {
@@ -178,17 +178,11 @@ def gpt(width: int = 768, depth: int = 12, heads: int = 12, context: int = 1024,
 
     Targets: val_loss (nats per token, min) or val_bits_per_byte (min). The 91M parameters are nanoGPT's count
     (the position embedding left out) at the defaults, with the tied 8192-token embedding."""
-    for key, value, low in (("width", width, 8), ("depth", depth, 1), ("heads", heads, 1), ("context", context, 2),
-                            ("vocab_size", vocab_size, 512)):
-        if value < low:
-            raise UserError(f"workload_options.{key}: gpt needs {key} >= {low}, got {value}")
-    if width % heads:
-        raise UserError(f"workload_options.heads: width ({width}) must be a multiple of heads ({heads})")
+    check_options("gpt", {"width": (width, 8), "depth": (depth, 1), "heads": (heads, 1), "context": (context, 2),
+                          "vocab_size": (vocab_size, 512)}, width, heads, val_fraction)
     if corpus_bytes != 0 and corpus_bytes < MIN_CORPUS_BYTES:
         raise UserError(f"workload_options.corpus_bytes: gpt needs 0 (the whole corpus) or at least "
                         f"{MIN_CORPUS_BYTES}, got {corpus_bytes}")
-    if not 0 < val_fraction < 0.5:
-        raise UserError(f"workload_options.val_fraction: must be in (0, 0.5), got {val_fraction}")
 
     data = tokenized_corpus(corpus_path, corpus_bytes, vocab_size, val_fraction)
     (tx, ty), (vx, vy) = _windows(data["train"], context), _windows(data["val"], context)

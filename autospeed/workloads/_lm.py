@@ -133,17 +133,24 @@ def _windows(data: np.ndarray, context: int) -> tuple[torch.Tensor, torch.Tensor
     return ids[:-1].view(n, context), ids[1:].view(n, context)
 
 
-def lm(width: int = 64, depth: int = 2, heads: int = 4, context: int = 64, corpus_bytes: int = 600_000,
-       val_fraction: float = 0.1) -> Workload:
-    """Byte-level GPT on the Python standard library's source; target val_loss (nats/byte, min)."""
-    for key, value, low in (("width", width, 8), ("depth", depth, 1), ("heads", heads, 1), ("context", context, 2),
-                            ("corpus_bytes", corpus_bytes, 10_000)):
+def check_options(workload: str, at_least: dict[str, tuple[int, int]], width: int, heads: int,
+                  val_fraction: float) -> None:
+    """A GPT workload's options as bad input, one line naming the key: each of `at_least` (key: (value, lowest
+    allowed)), heads dividing the width, the validation fraction."""
+    for key, (value, low) in at_least.items():
         if value < low:
-            raise UserError(f"workload_options.{key}: lm needs {key} >= {low}, got {value}")
+            raise UserError(f"workload_options.{key}: {workload} needs {key} >= {low}, got {value}")
     if width % heads:
         raise UserError(f"workload_options.heads: width ({width}) must be a multiple of heads ({heads})")
     if not 0 < val_fraction < 0.5:
         raise UserError(f"workload_options.val_fraction: must be in (0, 0.5), got {val_fraction}")
+
+
+def lm(width: int = 64, depth: int = 2, heads: int = 4, context: int = 64, corpus_bytes: int = 600_000,
+       val_fraction: float = 0.1) -> Workload:
+    """Byte-level GPT on the Python standard library's source; target val_loss (nats/byte, min)."""
+    check_options("lm", {"width": (width, 8), "depth": (depth, 1), "heads": (heads, 1), "context": (context, 2),
+                         "corpus_bytes": (corpus_bytes, 10_000)}, width, heads, val_fraction)
 
     def build() -> dict[str, np.ndarray]:
         corpus, _ = stdlib_source(corpus_bytes)
