@@ -129,8 +129,11 @@ def cifar10_images(data_dir: str, download: bool | None = None) -> tuple[tuple[t
         train = CIFAR10(str(root), train=True, download=bool(download))
         val = CIFAR10(str(root), train=False, download=bool(download))
     except RuntimeError as e:
+        reason = str(e).splitlines()[0]
+        if download is None:  # torchvision's hint names an option this workload does not have
+            reason = reason.split(" You can use download=True")[0].rstrip(".")
         raise UserError(
-            f"workload_options.data_dir: no CIFAR-10 data in {root} ({str(e).splitlines()[0]}); "
+            f"workload_options.data_dir: no CIFAR-10 data in {root} ({reason}); "
             f"put the extracted cifar-10-batches-py folder there (from https://www.cs.toronto.edu/~kriz/cifar.html)"
             + (" or set download: true where a network exists" if download is not None else "")
         ) from None
