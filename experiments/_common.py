@@ -325,6 +325,17 @@ def time_interleaved(recipes: dict[str, dict], seeds: list[int], work: Path) -> 
     return runs
 
 
+def recipes_as_timed(recipes: dict[str, dict]) -> list[str]:
+    """Results-file lines that hold every timed recipe whole, as the YAML its runs trained (each with its run's
+    seed), one folded block per label: the results file alone says what was timed, and the script leaves no
+    copy beside it in experiments/results/ that `python -m experiments list` would have to declare."""
+    lines = ["The recipes, as timed (each run trained this YAML with its own seed):", ""]
+    for label, recipe in recipes.items():
+        lines += [f"<details><summary>{label}</summary>", "", "```yaml",
+                  yaml.safe_dump(recipe, sort_keys=False).rstrip("\n"), "```", "", "</details>", ""]
+    return lines[:-1]
+
+
 def describe_runs(runs: list[dict]) -> tuple[str, str, str, str]:
     """(median, min, max, every run) of TTAs as table cells; a run that missed the target shows its status."""
     from autospeed.outcome import median_tta

@@ -29,8 +29,8 @@ earlier, as variant LABEL's instead of running its search (its payback is then u
    runs after which the search has paid for itself, with a bootstrap 90% interval over the seeds.
    The search's wall clock counts everything (Ray's start, evaluations, MLflow) and the saving only
    the train clock, so the payback errs long, not short. Goal: <= --goal-runs runs.
-Writes --out whole, one table with a row per variant; the exported recipes go beside it
-(<out stem>_<variant>_best.yaml).
+Writes --out whole, one table with a row per variant, and below it every recipe it timed (the baselines and
+each variant's exported recipe), whole.
 
 --merge FILE... measures nothing: it reads results files of this script (each one run, or a file
 --merge wrote) and writes --out with one table of every run's rows, a column naming the run, and
@@ -45,7 +45,6 @@ import json
 import math
 import random
 import re
-import shutil
 import statistics
 import sys
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (RESULTS, ROOT, SearchRun, add_timing_arguments, describe_runs, provenance,  # noqa: E402
-                     results_header, roomier_baseline, search_and_export, search_compute, shown,
+                     recipes_as_timed, results_header, roomier_baseline, search_and_export, search_compute, shown,
                      time_interleaved, write_results, write_space_variant)
 
 LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -446,18 +445,11 @@ def run(args: argparse.Namespace, variants: list[Variant], exported: dict[str, P
     knobs = ("batch_size", "accumulation_steps", "optimizer", "lr", "schedule", "warmup_fraction", "precision",
              "compile", "max_train_seconds", "epochs")
     lines += [f"- {label}: `{json.dumps({k: r.get(k) for k in knobs})}`" for label, r in recipes.items()]
-    kept = [v.label for v in variants if best_paths[v.label] is not None]
-    if kept:
-        lines += ["", "The exported recipes, as timed: " + ", ".join(f"`{out.stem}_{label}_best.yaml`"
-                                                                     for label in kept) + " beside this file."]
+    lines += ["", *recipes_as_timed(recipes)]
     warnings = sorted({w for rs in runs.values() for r in rs for w in r["warnings"]})
     if warnings:
         lines += ["", "`autospeed train` warned: " + "; ".join(warnings)]
 
-    for label in kept:  # the measured recipes, kept beside the results
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if best_paths[label].resolve() != out.with_name(f"{out.stem}_{label}_best.yaml").resolve():
-            shutil.copyfile(best_paths[label], out.with_name(f"{out.stem}_{label}_best.yaml"))
     device = next(iter(runs.values()))[0].get("environment", {}).get("device", "cpu")
     title = f"{TITLE} ({device}: {', '.join(v.label for v in variants)})"
     text = results_header(title, device) + "\n".join(lines) + "\n"

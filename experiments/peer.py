@@ -25,7 +25,7 @@
    autospeed's exported recipe unchanged but for the seed; the peer's best trial's recipe with the
    file's target and eval cadence, the schedule it was tuned with (--epochs) and a budget of
    --peer-seconds. Reports peer / autospeed median TTA with a bootstrap 90% interval over the seeds.
-Writes --out whole; both recipes go beside it (<out stem>_autospeed.yaml, <out stem>_peer.yaml).
+Writes --out whole, both recipes, as timed, inside it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from collections import Counter
@@ -44,7 +43,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (RESULTS, ROOT, add_timing_arguments, cpu_lock, describe_runs, provenance,  # noqa: E402
-                     results_header, search_and_export, search_compute, shown, time_interleaved,
+                     recipes_as_timed, results_header, search_and_export, search_compute, shown, time_interleaved,
                      write_results, write_space_variant)
 
 from autospeed.outcome import Status, median_tta, speedup_interval  # noqa: E402
@@ -217,14 +216,11 @@ def main() -> None:
     lines += ["", f"**Peer TTA / autospeed TTA (ratio of medians, bootstrap over seeds): {ratio}.**", "",
               f"The peer's best trial: {target.metric} {peer['value']:.4f} after {epochs:g} epochs.", ""]
     lines += [f"- {label}: `{json.dumps({k: r.get(k) for k in knobs})}`" for label, r in recipes.items()]
-    lines += ["", f"Both recipes, as timed: `{out.stem}_peer.yaml` and `{out.stem}_autospeed.yaml` beside this file."]
+    lines += ["", *recipes_as_timed(recipes)]
     warnings = sorted({w for rs in runs.values() for r in rs for w in r["warnings"]})
     if warnings:
         lines += ["", "`autospeed train` warned: " + "; ".join(warnings)]
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(best_path, out.with_name(f"{out.stem}_autospeed.yaml"))
-    out.with_name(f"{out.stem}_peer.yaml").write_text(yaml.safe_dump(peer_yaml, sort_keys=False))
     device = runs["autospeed"][0].get("environment", {}).get("device", "cpu")
     text = results_header(f"autospeed against the usual HPO set-up, by TTA ({spec.workload}, {device})", device) \
         + "\n".join(lines) + "\n"

@@ -83,3 +83,12 @@ def test_the_quick_pass_says_so_and_holds_the_cpu_lock_shared(monkeypatch, tmp_p
         assert others_can_share()
     assert _common.provenance().endswith("\nquick pass (python -m experiments all --quick): a smoke run of the "
                                          "script, CPU lock shared; not a measurement")
+
+
+def test_the_recipes_as_timed_are_whole_yaml_inside_the_results_file():
+    import yaml
+
+    recipes = {"baseline": {"lr": 0.01, "batch_size": 16}, "new": {"lr": 0.1, "measured": {"speedup": 3.0}}}
+    text = "\n".join(_common.recipes_as_timed(recipes))
+    blocks = re.findall(r"<summary>(\w+)</summary>\n\n```yaml\n(.*?)\n```", text, re.S)
+    assert {label: yaml.safe_load(body) for label, body in blocks} == recipes
