@@ -6,10 +6,15 @@
     python -m experiments NAME                # regenerate NAME's results files (its full commands)
     python -m experiments NAME --quick        # NAME's smoke pass
     python -m experiments NAME ARGS...        # = python experiments/NAME.py ARGS... (bash for a .sh)
+    python -m experiments stale               # exit 1 if a results file the docs cite predates its code
 
 Run from the repository root. Every script still runs on its own, `python experiments/NAME.py ARGS...`;
 EXPERIMENTS below is the one list of them: what `all` runs, in order, with each full command as the
-results files' headers record it, and the quick pass's arguments.
+results files' headers record it, the quick pass's arguments, and the code each one measures. Every file
+under experiments/results/ is written by a command listed here, and every file a command lists is there
+(tests/experiments/test_all.py checks both ways). `stale` reads the commit of each results file README.md
+or docs/ cite and fails when a later commit changed a path its experiment measures: the figure no longer
+describes the code, and the command it prints regenerates it.
 
 The quick pass (`--quick`) runs each script with tiny budgets, trials and repeats on
 experiments/quick/ (a small mnist1d space and a hand-written recipe), writing only into its folder, never over
@@ -28,7 +33,6 @@ from dataclasses import dataclass, field
 
 RESULTS = "experiments/results"
 QUICK = "experiments/quick"  # the quick pass's space and recipe; {quick} in quick arguments
-PAYBACK_LABELS = ("today", "new", "before", "lean", "nocap", "budget10", "seed1", "lm")  # payback.VARIANTS
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,13 @@ class Run:
 
     args: tuple[str, ...]
     writes: tuple[str, ...]
+    # Paths this run alone depends on besides its experiment's `measures` (its space file, an input results file).
+    measures: tuple[str, ...] = ()
+    # An archived run: the commit whose script wrote these files (`git show AT:experiments/FILE`). Today's script
+    # writes other files, so `all` does not repeat it and `stale` skips it: it is a record of that commit, and the
+    # docs cite it as one. Listed so that every tracked results file names the command that wrote it.
+    at: str = ""
+    note: str = ""  # what a reader of the listing needs besides the command (files renamed when kept, ...)
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,12 @@ class Experiment:
     file: str  # under experiments/
     what: str
     runs: tuple[Run, ...] = ()  # what `all` runs, in order
+    # The repository paths its figures depend on (a folder ends in /), the script itself left implicit: a commit
+    # that changes one after a results file's commit makes that file stale. Each is a path whose change can move
+    # the numbers, no wider: the code under measurement, the space files and recipes it runs, the results it
+    # reads. Empty only with `unmeasured`, saying why no path list can tell (stale skips its files, saying that).
+    measures: tuple[str, ...] = ()
+    unmeasured: str = ""
     # The quick pass's arguments ({out}: its folder, {quick}: experiments/quick) and what it writes there, the
     # results file first; None: no quick pass.
     quick: tuple[str, ...] | None = None
@@ -57,50 +74,75 @@ class Experiment:
     def path(self) -> str:
         return f"experiments/{self.file}"
 
+    def paths(self, run: Run) -> tuple[str, ...]:
+        """What `run`'s results depend on: the script, the experiment's paths and the run's own; () when the
+        experiment declares none (see `unmeasured`)."""
+        return (self.path, *self.measures, *run.measures) if self.measures else ()
 
-def _r(*args: str, writes: tuple[str, ...]) -> Run:
-    return Run(tuple(args), tuple(f"{RESULTS}/{w}" for w in writes))
+
+def _r(*args: str, writes: tuple[str, ...], measures: tuple[str, ...] = (), at: str = "", note: str = "") -> Run:
+    return Run(tuple(args), tuple(f"{RESULTS}/{w}" for w in writes), measures, at, note)
+
+
+# What the experiments measure, by layer (docs/layout.md). TRAIN: one recipe trained (the trainer, the recipe
+# schema, the workload contract and registry); each experiment adds the built-in workloads it trains, by file
+# (BUILTIN: mnist1d and digits, beside cifar10 and synthetic; LM_DATA: lm), so that a change to the GPU-scale
+# workloads flags none of the CPU results. SEARCH: a search as `autospeed search` runs it, its export and
+# `autospeed train` of the export (Ray, Optuna and MLflow glue, confirmation, the speed-up's statistics, the
+# command itself). PACKAGE: a command's start-up and exit, where importing or tearing down any module counts.
+# TIMING: the experiments' own fresh-process timing and search run as a user runs it (experiments/_common.py).
+TRAIN = ("autospeed/train/", "autospeed/recipe.py",
+         *(f"autospeed/workloads/{f}" for f in ("__init__.py", "base.py", "_registry.py", "_cache.py")))
+BUILTIN, LM_DATA = "autospeed/workloads/_builtin.py", "autospeed/workloads/_lm.py"
+SEARCH = (*TRAIN, "autospeed/search/", "autospeed/track/", "autospeed/space.py", "autospeed/outcome.py",
+          "autospeed/predict.py", "autospeed/cli.py")
+PACKAGE = ("autospeed/",)
+TIMING = ("experiments/_common.py",)
+FAST, LM, SMOKE, LONG = (f"search_spaces/{n}.yaml" for n in ("fast", "lm", "smoke", "long"))
+SPEEDUP_BEST = f"{RESULTS}/speedup_best.yaml"  # fast.yaml's exported winner: noise, startup, compile_cache train it
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "speedup", "speedup.py", "speed-up of a search's exported recipe over the baseline, as production runs",
-        runs=(_r(writes=("speedup.md", "speedup_best.yaml")),
+        runs=(_r(writes=("speedup.md", "speedup_best.yaml"), measures=(FAST, BUILTIN)),
               # its own --work: noise.py compares with the fast.yaml search left in /tmp/autospeed-speedup
-              _r("--space", "search_spaces/lm.yaml", "--work", "/tmp/autospeed-speedup-lm",
-                 "--out", f"{RESULTS}/speedup_lm.md", writes=("speedup_lm.md", "speedup_lm_best.yaml"))),
+              _r("--space", LM, "--work", "/tmp/autospeed-speedup-lm", "--out", f"{RESULTS}/speedup_lm.md",
+                 writes=("speedup_lm.md", "speedup_lm_best.yaml"), measures=(LM, LM_DATA))),
         quick=("--space", "{quick}/space.yaml", "--best", "{quick}/recipe.yaml", "--repeats", "1",
                "--baseline-seconds", "0", "--baseline-epochs", "0", "--work", "{out}/speedup-work",
                "--out", "{out}/speedup.md"),
-        quick_writes=("speedup.md", "speedup_best.yaml")),
+        quick_writes=("speedup.md", "speedup_best.yaml"), measures=(*SEARCH, *TIMING)),
     Experiment(
         "noise", "noise.py", "timing noise of one recipe trained 10 times (after speedup: its recipe and search)",
-        runs=(_r("--recipe", f"{RESULTS}/speedup_best.yaml", "--runs", "10", "--out", f"{RESULTS}/noise.md",
+        runs=(_r("--recipe", SPEEDUP_BEST, "--runs", "10", "--out", f"{RESULTS}/noise.md",
                  writes=("noise.md", "noise.png")),),
         quick=("--recipe", "{quick}/recipe.yaml", "--runs", "2", "--no-compare", "--out", "{out}/noise.md"),
-        quick_writes=("noise.md", "noise.png")),
+        quick_writes=("noise.md", "noise.png"),
+        # track/: its comparison reads the trials of speedup's search back from MLflow
+        measures=(*TRAIN, BUILTIN, "autospeed/track/", SPEEDUP_BEST)),
     Experiment(
         "search_overhead", "search_overhead.py", "what Ray, Optuna and MLflow cost per trial of a search",
         runs=(_r("--out", f"{RESULTS}/search_overhead.md", writes=("search_overhead.md",)),),
         quick=("--spaces", "{quick}/space.yaml", "--no-search", "--out", "{out}/search_overhead.md"),
-        quick_writes=("search_overhead.md",)),
+        quick_writes=("search_overhead.md",), measures=(*SEARCH, BUILTIN, SMOKE, FAST)),
     Experiment(
         "process_exit", "process_exit.py", "the autospeed command's fast exit against Python's teardown",
         runs=(_r("--repeats", "3", "--out", f"{RESULTS}/process_exit.md", writes=("process_exit.md",)),),
         quick=("--repeats", "1", "--no-search", "--out", "{out}/process_exit.md"),
-        quick_writes=("process_exit.md",)),
+        quick_writes=("process_exit.md",), measures=(*PACKAGE, SMOKE)),
     Experiment(
         "startup", "startup.py", "`autospeed train`'s wall to target against its TTA, beside `import torch` "
         "(after speedup: its speedup_best.yaml)",
         runs=(_r("--repeats", "5", "--out", f"{RESULTS}/startup.md", writes=("startup.md",)),),
         quick=("--recipe", "{quick}/recipe.yaml", "--repeats", "1", "--no-warm-up", "--out", "{out}/startup.md"),
-        quick_writes=("startup.md",)),
+        quick_writes=("startup.md",), measures=(*PACKAGE, SPEEDUP_BEST)),
     Experiment(
         "trainer_overhead", "trainer_overhead.py", "autospeed's trainer against a hand-written loop",
         runs=(_r("--out", f"{RESULTS}/trainer_overhead.md", writes=("trainer_overhead.md",)),),
         quick=("--num-samples", "2000", "--batch-sizes", "64", "--steps", "10", "--repeats", "1",
                "--out", "{out}/trainer_overhead.md"),
-        quick_writes=("trainer_overhead.md",)),
+        quick_writes=("trainer_overhead.md",), measures=(*TRAIN, BUILTIN)),
     Experiment(
         "own_script", "own_script.py", "a user's own training script (examples/own_script): autospeed's recipe "
         "against the script as written, by wall to target, and the knob context's cost per step",
@@ -109,30 +151,32 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         # test suite runs a script search of its own (tests/script/test_script_search.py)
         quick=("--part", "overhead", "--steps", "5", "--warmup-steps", "1", "--overhead-repeats", "2",
                "--samples", "640", "--out", "{out}/own_script.md"),
-        quick_writes=("own_script.md",)),
+        quick_writes=("own_script.md",), measures=(*SEARCH, "autospeed/script/", "examples/own_script/")),
     Experiment(
         "kill_anywhere", "kill_anywhere.py", "searches SIGKILLed at 50+ random moments, each resumed: every "
         "finished trial kept once, and the ledger, MLflow and Optuna agree",
         runs=(_r(writes=("kill_anywhere.md",)),),
         # no quick pass: every run of it starts Ray (its --quick, 2 searches x 2 kills, takes about 2 minutes),
         # and the suite kills a search at seeded points of its own (tests/reliability/test_kill_anywhere.py)
-        note="about 30 minutes on 2 cores"),
+        note="about 30 minutes on 2 cores", measures=SEARCH),  # its space file is its own (written by the script)
     Experiment(
         "knobs", "knobs.py", "throughput of each speed knob against fp32 eager (mnist1d, lm), CPU",
-        runs=(_r("--rounds", "5", "--steps", "200", "--out", f"{RESULTS}/knobs_cpu.md", writes=("knobs_cpu.md",)),
+        runs=(_r("--rounds", "5", "--steps", "200", "--out", f"{RESULTS}/knobs_cpu.md", writes=("knobs_cpu.md",),
+                 measures=(BUILTIN,)),
               _r("--workload", "lm", "--rounds", "3", "--out", f"{RESULTS}/knobs_lm_cpu.md",
-                 writes=("knobs_lm_cpu.md",))),
+                 writes=("knobs_lm_cpu.md",), measures=(LM_DATA,))),
         # compile's cold compile alone takes 9 s; every other knob runs
         quick=("--num-samples", "2000", "--steps", "3", "--rounds", "1", "--skip", "compile",
                "--out", "{out}/knobs_cpu.md"),
-        quick_writes=("knobs_cpu.md",)),
+        quick_writes=("knobs_cpu.md",), measures=TRAIN),
     Experiment(
         "scaling", "scaling.py", "data-parallel scaling, 1 vs 2 gloo workers, CPU",
         runs=(_r("--repeats", "5", "--out", f"{RESULTS}/scaling_cpu.md", writes=("scaling_cpu.md",)),),
         # one worker only: the N-worker runs start Ray Train
         quick=("--workload-options", '{"num_samples": 2000}', "--workers", "1", "--repeats", "1", "--epochs", "10",
                "--max-train-seconds", "10", "--target-accuracy", "0.4", "--out", "{out}/scaling_cpu.md"),
-        quick_writes=("scaling_cpu.md",)),
+        quick_writes=("scaling_cpu.md",),
+        measures=(*TRAIN, BUILTIN, "autospeed/search/_ray.py", "autospeed/search/data_parallel.py")),
     Experiment(
         "search_efficiency", "search_efficiency.py",
         "compute each search strategy needs to find a near-best recipe (maths space; systems space, 12 and 24 "
@@ -143,22 +187,25 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                  "--out", f"{RESULTS}/search_efficiency_systems.md",
                  writes=("search_efficiency_systems.md", "search_efficiency_systems.png",
                          "search_efficiency_systems.json")),
+              # The script writes a .json beside this one too; the run at 887d9e7 did not keep it. Its next run
+              # does: declare search_efficiency_systems_24trials.json here when it is committed.
               _r("--space", "systems", "--seeds", "10", "--trials", "24", "--truth-repeats", "1", "--work",
                  "/tmp/eff24", "--truth-cache", "/tmp/autospeed-efficiency-systems/truth.json",
                  "--out", f"{RESULTS}/search_efficiency_systems_24trials.md",
-                 writes=("search_efficiency_systems_24trials.md", "search_efficiency_systems_24trials.png",
-                         "search_efficiency_systems_24trials.json"))),
+                 writes=("search_efficiency_systems_24trials.md", "search_efficiency_systems_24trials.png"))),
         # the committed measurements, redrawn: its searches are Ray searches
         quick=("--report-only", "--saved", f"{RESULTS}/search_efficiency.json", "--simulated-searches", "200",
                "--work", "{out}/efficiency-work", "--out", "{out}/search_efficiency.md"),
-        quick_writes=("search_efficiency.md", "search_efficiency.png")),
+        quick_writes=("search_efficiency.md", "search_efficiency.png"), measures=(*SEARCH, BUILTIN)),
     Experiment(
         "sampler_simulation", "sampler_simulation.py",
         "the samplers replayed over search_efficiency's ground truth (after search_efficiency: its .json)",
         runs=(_r("--seeds", "60", "--trials", "40", "--out", f"{RESULTS}/sampler_simulation.md",
                  writes=("sampler_simulation.md",)),),
         quick=("--seeds", "1", "--trials", "5", "--out", "{out}/sampler_simulation.md"),
-        quick_writes=("sampler_simulation.md",)),
+        quick_writes=("sampler_simulation.md",),
+        # it builds the samplers itself, as search/tuner.py does: the script is their code here
+        measures=("autospeed/space.py", f"{RESULTS}/search_efficiency.json")),
     Experiment(
         "interval_coverage", "interval_coverage.py",
         "coverage of the speed-up interval by simulation (skewed TTAs at noise.md's spread, misses, adaptive "
@@ -166,21 +213,21 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         runs=(_r("--experiments", "4000", "--out", f"{RESULTS}/interval_coverage.md",
                  writes=("interval_coverage.md",)),),
         quick=("--quick", "--out", "{out}/interval_coverage.md"),
-        quick_writes=("interval_coverage.md",)),
+        quick_writes=("interval_coverage.md",), measures=("autospeed/outcome.py", f"{RESULTS}/noise.md")),
     Experiment(
         "payback", "payback.py", "does a search pay for itself? every variant's search, one table",
-        runs=(_r(writes=("payback.md", *(f"payback_{label}_best.yaml" for label in PAYBACK_LABELS))),),
+        runs=(_r(writes=("payback.md",)),),
         quick=("--variant", "quick:{quick}/space.yaml", "--exported", "quick={quick}/recipe.yaml", "--repeats", "1",
                "--baseline-seconds", "0", "--baseline-epochs", "0", "--work", "{out}/payback-work",
                "--out", "{out}/payback.md"),
-        quick_writes=("payback.md", "payback_quick_best.yaml")),
+        quick_writes=("payback.md",), measures=(*SEARCH, *TIMING, FAST, BUILTIN, LM, LM_DATA)),
     Experiment(
         "peer", "peer.py", "autospeed against the usual HPO set-up (Optuna TPE + MedianPruner), by TTA",
-        runs=(_r(writes=("peer.md", "peer_autospeed.yaml", "peer_peer.yaml")),),
+        runs=(_r(writes=("peer.md",)),),
         quick=("--space", "{quick}/space.yaml", "--trials", "2", "--epochs", "5", "--autospeed-recipe",
                "{quick}/recipe.yaml", "--repeats", "1", "--peer-seconds", "10", "--work", "{out}/peer-work",
                "--out", "{out}/peer.md"),
-        quick_writes=("peer.md", "peer_autospeed.yaml", "peer_peer.yaml")),
+        quick_writes=("peer.md",), measures=(*SEARCH, *TIMING, FAST, BUILTIN)),
     Experiment(
         "probe_stability", "probe_stability.py",
         "the probe's pick in 3 runs on one machine (fast.yaml), each in a fresh process: timings, margin, pick",
@@ -191,55 +238,84 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--set", "space.optimizer={choice: [sgd, adamw]}",
                "--set", "space.optimizer_impl={choice: [default, foreach]}", "--work", "{out}/probe-stability-work",
                "--out", "{out}/probe_stability.md"),
-        quick_writes=("probe_stability.md",)),
+        quick_writes=("probe_stability.md",),
+        measures=(*TRAIN, BUILTIN, "autospeed/search/probe.py", "autospeed/search/probe_decide.py",
+                  "autospeed/space.py", FAST)),
     Experiment(
         "long_job", "long_job.py",
         "long jobs (long.yaml): how well a predicted TTA ranks recipes (a), and a predicting search's payback (b)",
-        runs=(_r("--part", "curves", writes=("long_job_curves.json",)),
-              _r("--part", "quality", writes=("long_job.md",)),
-              # the curves the predictor was tuned on (seed 0), scored the same way
+        # the curves the predictor was tuned on (seed 0), then the held-out ones (seed 1), each scored the same way
+        runs=(_r("--part", "curves", "--seed", "0", "--curves", f"{RESULTS}/long_job_curves_tuning.json",
+                 writes=("long_job_curves_tuning.json",)),
+              _r("--part", "curves", writes=("long_job_curves.json",)),
+              _r("--part", "quality", writes=("long_job.md",), measures=(f"{RESULTS}/long_job_curves.json",)),
               _r("--part", "quality", "--curves", f"{RESULTS}/long_job_curves_tuning.json",
-                 "--out", f"{RESULTS}/long_job_tuning.md", writes=("long_job_tuning.md",)),
-              _r("--part", "payback", writes=("long_job_payback.md",))),
+                 "--out", f"{RESULTS}/long_job_tuning.md", writes=("long_job_tuning.md",),
+                 measures=(f"{RESULTS}/long_job_curves_tuning.json",)),
+              _r("--part", "payback", writes=("long_job_payback.md",), measures=(*SEARCH, *TIMING))),
         # the committed curves, predicted again: recording them trains 26 recipes to the target, (b) runs searches
         quick=("--part", "quality", "--curves", f"{RESULTS}/long_job_curves.json", "--out", "{out}/long_job.md"),
-        quick_writes=("long_job.md",)),
+        quick_writes=("long_job.md",),
+        # (a)'s figures rest on curves the trainer recorded, so the trainer counts for every part
+        measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/predict.py", "autospeed/search/curve.py",
+                  "autospeed/outcome.py", LONG)),
     Experiment(
         "example", "example.py", "the README's 30-second example: a smoke search as a user runs it",
-        runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",)),
-              _r("--space", "search_spaces/long.yaml", "--out", f"{RESULTS}/example_long.md",
-                 writes=("example_long.md",))),
-        note="no quick pass: it is one whole search (Ray's start alone is most of its time)"),
+        runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",), measures=(SMOKE,)),
+              _r("--space", LONG, "--out", f"{RESULTS}/example_long.md", writes=("example_long.md",),
+                 measures=(LONG,))),
+        note="no quick pass: it is one whole search (Ray's start alone is most of its time)",
+        measures=(*SEARCH, BUILTIN, "autospeed/show/live.py")),  # live.py: the output the results file shows
     Experiment(
         "suite_durations", "suite_durations.py", "the README's test command timed on a fresh clone, with pytest's "
         "slowest phases",
         runs=(_r("--fresh-clone", "--out", f"{RESULTS}/suite_durations.md", writes=("suite_durations.md",)),),
-        note="no quick pass: it runs the whole test suite, which itself runs the quick pass"),
+        note="no quick pass: it runs the whole test suite, which itself runs the quick pass",
+        unmeasured="it times the whole suite: every test and all the code under them, so any commit can move it; "
+                   "it is re-measured when the suite's time is in question (README's Tests), not by path"),
     Experiment(
         "gpu_checks", "gpu_checks.sh",
-        "the checks on a CUDA GPU: pytest -m cuda, gpu.yaml's search with export/train/report and speedup.py, "
-        "knobs on the GPU (an offline GPU machine carries Ray, Optuna and MLflow as wheels: gpu_wheels)",
-        runs=(Run(("tests", f"{RESULTS}/gpu"), tuple(f"{RESULTS}/gpu/{f}" for f in
-                                                     ("pytest_cuda.log", "baseline_probe.log", "versions.txt"))),
-              Run(("trials", f"{RESULTS}/gpu/search20", "20", "3"),
-                  tuple(f"{RESULTS}/gpu/search20/{f}" for f in ("search.log", "best.yaml", "report.tgz",
-                                                                "speedup_gpu.md", "versions.txt"))),
-              Run(("knobs", f"{RESULTS}/gpu"), (f"{RESULTS}/gpu/knobs_gpu.md", f"{RESULTS}/gpu/knobs.log")),
-              Run(("lmknobs", f"{RESULTS}/gpu"), (f"{RESULTS}/gpu/knobs_lm_gpu.md", f"{RESULTS}/gpu/knobs_lm.log"))),
+        "the checks on a CUDA GPU (pytest -m cuda, each GPU space's calibration, a DDP trial, knobs, gpu.yaml's and "
+        "gpu_lm.yaml's search, speed-up and compile-cache cold start), in stages that fit the device's 10-minute "
+        "calls (its header); an offline GPU machine carries Ray, Optuna and MLflow as wheels (gpu_wheels). Its "
+        "runs below are archived: the two H100 sessions' files, written by the script of their time; today's "
+        "stages have not run on a GPU yet",
+        runs=(_r("tests", f"{RESULTS}/gpu", writes=("gpu/baseline_probe.log",), at="d896f4d",
+                 note="the first H100 session; its pytest_cuda.log was replaced by the second's, its versions.txt "
+                      "and its 6-trial plumbing search were not kept"),
+              _r("knobs", f"{RESULTS}/gpu", writes=("gpu/knobs_gpu_partial.log",), at="d896f4d",
+                 note="the stage's knobs.log, kept as knobs_gpu_partial.log: it stopped in max-autotune's 422 s "
+                      "cold compile, before knobs_gpu.md"),
+              _r("tests", f"{RESULTS}/gpu", writes=("gpu/pytest_cuda.log",), at="52a0aaa",
+                 note="the second H100 session, on the tree of 6c09806 (experiments/results/gpu/README.md)"),
+              _r("trials", f"{RESULTS}/gpu/search20", "20", "3",
+                 writes=tuple(f"gpu/search20/{f}" for f in (
+                     "best.yaml", "search_export_train_report.log", "speedup_gpu.md", "versions.txt",
+                     *(f"report/{r}" for r in ("report.html", "confirm.png", "curves.png", "importance.png",
+                                               "tradeoff.png", "tta.png")))),
+                 at="52a0aaa", note="its search.log kept as search_export_train_report.log, report.tgz unpacked "
+                                    "into report/"),
+              _r("knobs", f"{RESULTS}/gpu", writes=("gpu/knobs_gpu_partial2.log",), at="52a0aaa",
+                 note="with KNOBS_SKIP=max-autotune; the stage's knobs.log, kept as knobs_gpu_partial2.log: it "
+                      "stopped at compiled bf16's NaN (fixed in 6c09806), before knobs_gpu.md"),
+              _r("lmknobs", f"{RESULTS}/gpu", writes=("gpu/knobs_lm_gpu.md",), at="52a0aaa",
+                 note="with KNOBS_ROUNDS=2")),
         gpu=True, note="no quick pass: it is a GPU session's whole battery"),
     Experiment(
-        "cold_start", "cold_start.py", "cold-process vs warm-process TTA of one recipe on CUDA (after gpu_checks: "
-        "its search20/best.yaml)",
+        "cold_start", "cold_start.py", "cold-process vs warm-process TTA of one recipe on CUDA (the export of "
+        "gpu_checks' 20-trial search)",
         runs=(_r("--config", f"{RESULTS}/gpu/search20/best.yaml", "--repeats", "4",
-                 "--out", f"{RESULTS}/gpu/cold_start_gpu.md", writes=("gpu/cold_start_gpu.md",)),),
+                 "--out", f"{RESULTS}/gpu/cold_start_gpu.md", writes=("gpu/cold_start_gpu.md",), at="52a0aaa",
+                 note="the second H100 session, on the tree of 6c09806"),),
         quick=("--config", "{quick}/recipe.yaml", "--repeats", "2", "--out", "{out}/cold_start.md"),
-        quick_writes=("cold_start.md",), gpu=True),
+        quick_writes=("cold_start.md",), gpu=True, measures=(*TRAIN, BUILTIN)),
     Experiment(
         "compile_cache", "compile_cache.py", "a compiled recipe's `autospeed train` in fresh processes on a new "
         "machine (empty inductor cache), with and without the compile cache exported beside it: first step and TTA",
         runs=(_r("--runs", "5", "--out", f"{RESULTS}/cold_start_cache_cpu.md", writes=("cold_start_cache_cpu.md",)),),
         note="no quick pass: every run compiles (10-20 s on 2 cores); tests/train/test_compile_cache.py round-trips "
-             "the cache"),
+             "the cache",
+        measures=(*TRAIN, BUILTIN, "autospeed/cli.py", SPEEDUP_BEST)),
     Experiment(
         "gpu_wheels", "gpu_wheels.sh", "fills .whl/ with the wheels gpu_checks.sh installs on an offline GPU "
         "machine (needs the network)", helper=True),

@@ -1,4 +1,5 @@
-"""python -m experiments: list, run all, or run one of the experiments (see experiments/__init__.py)."""
+"""python -m experiments: list, run all, run one of the experiments, or check that the cited results are as new as
+their code (see experiments/__init__.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import experiments
-from experiments import EXPERIMENTS, QUICK, RESULTS, Experiment, find
+from experiments import EXPERIMENTS, QUICK, RESULTS, Experiment, Run, _stale, find
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK_ENV = "EXPERIMENTS_QUICK"  # as _common.QUICK_ENV: the CPU lock shared, headers say "quick pass"
@@ -177,6 +178,11 @@ def run_all(chosen: list[Experiment], quick: bool, out_dir: str | None, jobs: in
     else:
         for e in todo:
             for r in e.runs:
+                if r.at:
+                    why = f"archived: the script at {r.at} wrote its files; today's writes others"
+                    print(f"== {e.name}: {shown(argv_of(e, r.args))} skipped ({why})", flush=True)
+                    outcomes.append(Outcome(e.name, f"skipped: {why}"))
+                    continue
                 t0 = time.perf_counter()
                 code = run_full(e, argv_of(e, r.args))
                 outcomes.append(outcome(e, code, time.perf_counter() - t0, [ROOT / w for w in r.writes], None))
@@ -196,21 +202,57 @@ def run_all(chosen: list[Experiment], quick: bool, out_dir: str | None, jobs: in
 def listing(as_json: bool) -> None:
     if as_json:
         print(json.dumps([{"name": e.name, "file": e.path, "what": e.what, "gpu": e.gpu, "helper": e.helper,
-                           "runs": [{"command": shown(argv_of(e, r.args)), "writes": list(r.writes)} for r in e.runs],
+                           "measures": list(e.paths(Run((), ()))), "unmeasured": e.unmeasured,
+                           "runs": [{"command": shown(argv_of(e, r.args)), "writes": list(r.writes),
+                                     "measures": list(e.paths(r)), "at": r.at or None, "note": r.note}
+                                    for r in e.runs],
                            "quick": None if e.quick is None else shown(argv_of(e, quick_args(e, Path("QUICK")))),
                            "quick_writes": list(e.quick_writes)} for e in EXPERIMENTS], indent=1))
         return
     for e in EXPERIMENTS:
         flags = " [needs a GPU]" if e.gpu else " [helper]" if e.helper else ""
         print(f"{e.name}{flags}: {e.what}")
+        if e.measures:
+            print(f"    measures: {', '.join(e.paths(Run((), ())))}")
+        elif e.unmeasured:
+            print(f"    measures: no paths ({e.unmeasured})")
         for r in e.runs:
-            print(f"    all:   {shown(argv_of(e, r.args))}\n           -> {', '.join(r.writes)}")
+            kind = f"archived ({e.file} at {r.at}, not rerun by all)" if r.at else "all"
+            extra = f" + {', '.join(r.measures)}" if r.measures and e.measures else ""
+            print(f"    {kind}:   {shown(argv_of(e, r.args))}\n           -> {', '.join(r.writes)}"
+                  + (f"\n           measures{extra and ' also'}: {extra[3:]}" if extra else "")
+                  + (f"\n           ({r.note})" if r.note else ""))
         if e.quick is not None:
             print(f"    quick: {shown(argv_of(e, quick_args(e, Path('QUICK'))))}\n"
                   f"           -> {', '.join(f'QUICK/{w}' for w in e.quick_writes)}")
         elif e.note:
             print(f"    quick: none ({e.note})")
         print()
+
+
+def stale_entries() -> list[_stale.Cited]:
+    """Every results file a listed command writes, with the paths its experiment measures, the command that
+    regenerates it, and why it is skipped where it is (an archived run, an experiment that declares no paths)."""
+    out = []
+    for e in EXPERIMENTS:
+        for r in e.runs:
+            skip = (f"archived: {e.file} at {r.at}" if r.at else
+                    "" if e.measures else f"{e.name} declares no paths (experiments/__init__.py says why)")
+            out += [_stale.Cited(w, e.paths(r), shown(argv_of(e, r.args)), tuple(x for x in r.writes if x != w), skip)
+                    for w in r.writes]
+    return out
+
+
+def stale() -> int:
+    """Exit 1 with one line per cited results file older than the code it measures; 0 with a summary line."""
+    if not _stale.has_history(ROOT):
+        print(f"stale: skipped: {ROOT} has no git history here (a copy of the tree); a clone has it")
+        return 0
+    lines, summary = _stale.check(ROOT, stale_entries())
+    for line in lines:
+        print(line)
+    print(summary)
+    return 1 if lines else 0
 
 
 def main(argv: list[str]) -> int:
@@ -226,9 +268,11 @@ def main(argv: list[str]) -> int:
     if head == "list":
         listing("--json" in rest)
         return 0
+    if head == "stale":
+        return stale()
     e = find(head)
     if head != "all" and e is None:
-        print(f"python -m experiments: no experiment {head!r}; one of: all, list, {names}", file=sys.stderr)
+        print(f"python -m experiments: no experiment {head!r}; one of: all, list, stale, {names}", file=sys.stderr)
         return 2
     if head == "all" or (not e.helper and (not rest or rest[0] in ("--quick", "--out-dir", "--jobs", "--fresh"))):
         p = argparse.ArgumentParser(prog=f"python -m experiments {head}")

@@ -32,6 +32,37 @@ def test_every_script_in_experiments_is_in_the_list():
     assert scripts == {Path(e["file"]).name for e in listed()}
 
 
+def results_files() -> set[str]:
+    """The files under experiments/results/ (tracked ones, where there is a git checkout), from the repository root,
+    less each folder's README.md: a guide to the folder's files, written by hand, not a result."""
+    proc = subprocess.run(["git", "ls-files", "experiments/results"], cwd=ROOT, capture_output=True, text=True)
+    files = set(proc.stdout.split()) if proc.returncode == 0 and (ROOT / ".git").exists() else \
+        {str(p.relative_to(ROOT)) for p in RESULTS.rglob("*") if p.is_file()}
+    return {f for f in files if Path(f).name != "README.md"}
+
+
+def test_every_results_file_is_written_by_a_listed_command_and_every_file_a_command_lists_is_there():
+    written = {w for e in listed() for r in e["runs"] for w in r["writes"]}
+    results = results_files()
+    assert sorted(results - written) == [], "in experiments/results/, but no command `python -m experiments list` " \
+                                            "shows writes it: declare the command, or delete the file"
+    assert sorted(w for w in written if not (ROOT / w).is_file()) == [], \
+        "a listed command writes it, but it is not in experiments/results/: correct the command's writes"
+
+
+def test_every_experiment_declares_the_paths_it_measures_and_each_one_exists():
+    """A path that no longer exists (a file moved or renamed) would never change again, and `stale` would call its
+    results fresh forever."""
+    for e in listed():
+        current = [r for r in e["runs"] if not r["at"]]
+        if current and not e["measures"]:
+            assert e["unmeasured"], f"{e['name']}: declares no measured paths and does not say why"
+        for r in e["runs"]:
+            assert r["measures"][:1] in ([], [e["file"]]), f"{e['name']}: its script is the first path measured"
+            missing = [p for p in r["measures"] if not (ROOT / p).exists()]
+            assert missing == [], f"{e['name']}: measures paths that do not exist: {missing}"
+
+
 def test_the_quick_pass_writes_every_scripts_results_file_and_nothing_under_results(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in RESULTS.rglob("*") if p.is_file()}
     proc = experiments_cli("all", "--quick", "--out-dir", str(tmp_path))

@@ -1,0 +1,127 @@
+"""`python -m experiments stale`: is every results file that README.md or docs/ cite as new as the code it measures?
+
+A results file names the commit it was measured at: its header's `commit:` line, and the provenance of any
+measurement it was drawn from (long_job.md's curves, a merged payback.md's runs). Its experiment declares the
+paths its figures depend on (experiments/__init__.py, `measures`). The file is stale when a commit that changed
+one of those paths is not an ancestor of (or equal to) every commit it names: the figure then describes code that
+has changed since, and the command printed beside it regenerates it. A commit the repository does not know is
+stale too: nobody can check out the tree it was measured on. Only the commit graph counts, so a figure measured
+on a dirty tree is as new as the commit it names, and a measured path changed by a later commit (the change that
+was dirty, committed) makes it stale: regenerate on a clean tree.
+
+This module knows nothing of EXPERIMENTS: it takes what to check as Cited entries, so that a test can run it on a
+repository of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = "experiments/results"
+# "commit: X" where a provenance block names it: a header line, a JSON string's "...\ncommit: X\n...", or a
+# sentence's "(..., commit: X)". X ends at whitespace, a backslash (JSON's \n), a quote, a comma or a parenthesis.
+COMMIT = re.compile(r"(?<![\w-])commit: ([^\s\\\",)]+)")
+
+
+@dataclass(frozen=True)
+class Cited:
+    """A results file a command writes, and what decides whether it is stale."""
+
+    file: str  # from the repository root
+    paths: tuple[str, ...]  # what its figures depend on; () skips it, for the reason in `skip`
+    command: str  # the command that regenerates it
+    siblings: tuple[str, ...] = ()  # the other files its command writes: whose commit counts when it names none
+    skip: str = ""  # why it is not checked (no paths declared, an archived record)
+
+
+def citations(root: Path) -> str:
+    """The text that cites results: README.md and every docs/*.md."""
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return "\n".join(f.read_text() for f in files if f.is_file())
+
+
+def is_cited(file: str, text: str) -> bool:
+    """Whether `text` names the results file `file`, by its path under experiments/results/ (so `noise.md`,
+    `results/noise.md` and `../experiments/results/noise.md` all count, and `long_job_payback.md` is not
+    `payback.md`)."""
+    name = file.removeprefix(f"{RESULTS}/")
+    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def named_commits(path: Path) -> list[str]:
+    """The commits a results file names, in order, each once, as written (`9804334`, `f4d8365-dirty`); [] for a
+    file that names none (a figure, a copied recipe) or is not there."""
+    try:
+        text = path.read_text(errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return []
+    return list(dict.fromkeys(COMMIT.findall(text)))
+
+
+def revision(named: str) -> str:
+    """The revision a provenance line names: `git describe --always` output less its `-dirty`, and a tag's
+    `v1-3-gabc1234` as `abc1234`."""
+    named = named.removesuffix("-dirty")
+    described = re.fullmatch(r".+-\d+-g([0-9a-f]+)", named)
+    return described.group(1) if described else named
+
+
+def git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+
+
+def newer_change(root: Path, commit: str, paths: tuple[str, ...]) -> tuple[str, list[str]] | None:
+    """(the newest commit that changed one of `paths` and is not `commit` or one of its ancestors, the paths it
+    changed), or None when there is none: `git log COMMIT..HEAD -- PATHS`, which also holds where history
+    branches and merges."""
+    proc = git(root, "log", "-1", "--format=%h", "--name-only", f"{commit}..HEAD", "--", *paths)
+    if proc.returncode:
+        raise SystemExit(f"stale: git log {commit}..HEAD failed: {proc.stderr.strip()}")
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    return (lines[0], lines[1:]) if lines else None
+
+
+def why_stale(root: Path, c: Cited) -> str | None:
+    """One line saying why `c` is stale, or None when it is as new as its paths."""
+    named = named_commits(root / c.file)
+    for sibling in c.siblings:
+        if named:
+            break
+        named = named_commits(root / sibling)
+    if not named:
+        return f"{c.file}: names no commit; regenerate: {c.command}"
+    for text in named:
+        full = git(root, "rev-parse", "--verify", "--quiet", f"{revision(text)}^{{commit}}")
+        if full.returncode or not revision(text):
+            return f"{c.file}: measured at {text}, a commit this repository does not know; regenerate: {c.command}"
+        change = newer_change(root, full.stdout.strip(), c.paths)
+        if change:
+            commit, changed = change
+            more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+            return (f"{c.file}: measured at {text}, but {commit} changed {changed[0] if changed else 'its paths'}"
+                    f"{more} since; regenerate: {c.command}")
+    return None
+
+
+def check(root: Path, entries: list[Cited]) -> tuple[list[str], str]:
+    """(one line per stale cited file, a one-line summary). Entries whose file README.md and docs/ do not cite
+    are left out; so is a cited file with `skip`, counted in the summary."""
+    text = citations(root)
+    cited = [c for c in entries if is_cited(c.file, text)]
+    skipped = [c for c in cited if c.skip or not c.paths]
+    checked = [c for c in cited if c not in skipped]
+    stale = [line for line in (why_stale(root, c) for c in checked) if line]
+    reasons = sorted({c.skip or "no paths declared" for c in skipped})
+    skip_note = f"; {len(skipped)} skipped ({'; '.join(reasons)})" if skipped else ""
+    if stale:
+        return stale, f"stale: {len(stale)} of {len(checked)} cited results files predate the code they measure" \
+                       f"{skip_note}"
+    return [], f"stale: none; {len(checked)} cited results files are as new as the code they measure{skip_note}"
+
+
+def has_history(root: Path) -> bool:
+    """Whether `root` is a git checkout with its history (a copy of the tree, as on the device machine, is not)."""
+    return (root / ".git").exists() and git(root, "rev-parse", "--verify", "--quiet", "HEAD").returncode == 0
