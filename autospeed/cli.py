@@ -198,7 +198,12 @@ def cmd_search(args) -> int:
                   f"{w.wall_median:.2f} s)")
     if outcome.best_path is not None:
         print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
-    print(f"search took {outcome.wall_seconds:.1f} s wall; {_where_to_look(outcome.tracking_uri, spec.name)}")
+    if confirmed is not None and confirmed.winner is not None and not confirmed.winner.baseline \
+            and not spec.confirm.ablation:
+        print(f"why it is faster, knob by knob: autospeed explain --name {spec.name}  (the winner re-timed with "
+              f"each knob set back to the baseline's, {spec.confirm.repeats} fresh runs per knob and of the winner)")
+    print(f"search took {outcome.wall_seconds:.1f} s wall ({outcome.phases_text()}); "
+          f"{_where_to_look(outcome.tracking_uri, spec.name)}")
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
@@ -255,6 +260,20 @@ def cmd_export(args) -> int:
         cache = path.parent / measured.compile_cache
         print(f"wrote {cache}: torch.compile's cache of this recipe ({cache.stat().st_size / 1e6:.1f} MB); "
               f"autospeed train loads it before compiling (keep it beside {path.name})")
+    return EXIT_OK
+
+
+def cmd_explain(args) -> int:
+    from autospeed.track import layout as tracking
+    from autospeed.search.ablation import explain
+
+    if args.repeats is not None and args.repeats < 1:
+        raise UserError(f"--repeats: {args.repeats} is not a number of rounds; give 1 or more (default: the "
+                        f"search's confirm.repeats)")
+    client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    explain(client, args.name, args.storage_path, args.repeats)
+    print(f"recorded on search '{args.name}': autospeed export writes it as measured.ablation, autospeed report "
+          f"draws it")
     return EXIT_OK
 
 
@@ -338,6 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tracking-uri", help=uri_help)
     e.add_argument("--out", default="best.yaml", help="output recipe (default: best.yaml)")
     e.set_defaults(func=cmd_export)
+
+    x = sub.add_parser("explain", help="why the confirmed winner is faster: re-time it with each knob set back to "
+                                       "the baseline's, one at a time (the ablation), each run in a fresh process")
+    x.add_argument("--name", required=True, help="the search's name")
+    x.add_argument("--tracking-uri", help=uri_help)
+    x.add_argument("--storage-path", help="where the search kept its files (default: ./autospeed_results)")
+    x.add_argument("--repeats", type=int, help="interleaved rounds (default: the search's confirm.repeats)")
+    x.set_defaults(func=cmd_explain)
 
     r = sub.add_parser("report", help="write report.html and figures for a search, log them to its run")
     r.add_argument("--name", required=True, help="the search's name")

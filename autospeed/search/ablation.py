@@ -35,7 +35,7 @@ import pydantic
 
 from autospeed.track import layout as t
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import SEED_OFFSET, Candidate, ConfirmOutcome, describe, end_killed, train_and_log
+from autospeed.search.confirm import SEED_OFFSET, Candidate, describe, end_killed, train_and_log
 from autospeed.space import SearchSpec
 
 NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
@@ -126,11 +126,12 @@ def variants(winner: Candidate, baseline: Recipe) -> tuple[list[Ablated], list[s
     return out, notes
 
 
-def run_ablation(client, spec: SearchSpec, parent, search_id: str, outcome: ConfirmOutcome, trials_total: int,
-                 console=sys.stdout) -> list[Ablated]:
-    """Train the ablation's rounds, log them, tag the parent. A Ctrl-C ends it early (the confirmation
-    stands): its runs are marked KILLED and `outcome.ablation_interrupted` is set."""
-    ablated, notes = variants(outcome.winner, outcome.baseline.recipe)
+def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candidate, baseline: Recipe,
+                 speedup: float | None, trials_total: int, console=sys.stdout) -> list[Ablated] | None:
+    """Train the ablation's rounds of the confirmed `winner` against the `baseline` recipe, log them, tag the
+    parent; `speedup` is the confirmed one, which the shares divide. A Ctrl-C ends it early (the confirmation
+    stands): its runs are marked KILLED and None is returned."""
+    ablated, notes = variants(winner, baseline)
     for note in notes:
         print(f"ablation: {note}", file=console, flush=True)
     if not ablated:
@@ -145,7 +146,7 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, outcome: Conf
     try:
         for r in range(rounds):
             for c in order:
-                seed = outcome.winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
+                seed = winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
                 knob = c.name.removeprefix("without ") if c is not reference else "none"
                 result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_ABLATION, spec,
                                        {t.TAG_ABLATION_KNOB: knob})
@@ -154,15 +155,14 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, outcome: Conf
                       file=console, flush=True)
     except KeyboardInterrupt:
         end_killed(client, parent, t.KIND_ABLATION)
-        outcome.ablation_interrupted = True
         print("\nablation interrupted: the confirmation stands; no ablation is recorded", file=sys.stderr)
-        return []
+        return None
     except BaseException:
         end_killed(client, parent, t.KIND_ABLATION)
         raise
-    record = {a.knob: a.as_dict(outcome.speedup) for a in ablated}
+    record = {a.knob: a.as_dict(speedup) for a in ablated}
     t.log_batch(client, parent.info.run_id, tags={t.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
-    text = format_ablation(ablated, outcome.speedup)
+    text = format_ablation(ablated, speedup)
     client.log_text(parent.info.run_id, text, "ablation.txt")
     print(text, file=console, flush=True)
     return ablated
@@ -185,3 +185,45 @@ def format_ablation(ablated: list[Ablated], speedup: float | None) -> str:
     lines.append(f"  winner (same rounds): median {ref.median:.2f} s" if ref.median is not None
                  else "  winner (same rounds): its median run missed the target")
     return "\n".join(lines)
+
+
+def explain(client, name: str, storage_path: str | None = None, repeats: int | None = None,
+            console=sys.stdout) -> list[Ablated]:
+    """`autospeed explain`: the ablation of the latest finished search named `name`, after the fact. It reads the
+    search's spec from its folder (resources, budgets, repeats) and its confirmed winner from the tracking store,
+    trains the ablation's rounds (`repeats`, default the search's confirm.repeats) and tags the parent, so
+    `autospeed export` and `autospeed report` show it as if the search had run it (`confirm.ablation: true`)."""
+    from autospeed.errors import Interrupted, RunFailure
+    from autospeed.search.confirm import pick_candidates
+    from autospeed.search.storage import latest_search_dir, search_root
+    from autospeed.track import runs as res
+
+    folder = latest_search_dir(storage_path, name)
+    if folder is None:
+        raise RunFailure(f"no search named '{name}' under {search_root(storage_path, name)}; pass the search's "
+                         f"--storage-path, or run `autospeed search` first")
+    state = folder.read_state()
+    spec = SearchSpec.model_validate(state["spec"])
+    parent = res.find_parent(client, name, state.get("search_id"))
+    winner_id = parent.data.tags.get(t.TAG_CONFIRMED_BEST)
+    speedup = parent.data.metrics.get(t.M_CONFIRM_SPEEDUP)
+    if winner_id is None or t.M_CONFIRM_MEDIAN not in parent.data.metrics:
+        raise RunFailure(f"search '{name}' has no confirmed winner to explain; set confirm.repeats (>= 1) in its "
+                         f"space file and search again")
+    candidates = pick_candidates(client, parent, top_k=max(1, spec.confirm.top_k))
+    winner = next((c for c in candidates if c.trial_id == winner_id and not c.baseline), None)
+    baseline = next((c for c in candidates if c.baseline), None)
+    if winner is None or baseline is None:
+        what = "is the baseline itself" if winner_id == (baseline.trial_id if baseline else None) else \
+            "or its baseline is not among its trials"
+        raise RunFailure(f"search '{name}': its confirmed winner {what}; nothing to explain")
+    budget = spec.confirm.max_train_seconds
+    if budget is not None:  # the confirmation runs' production budget, as in run_confirmation
+        winner.recipe = winner.recipe.model_copy(update={"max_train_seconds": budget})
+    if repeats is not None:
+        spec = spec.model_copy(update={"confirm": spec.confirm.model_copy(update={"repeats": repeats})})
+    ablated = run_ablation(client, spec, parent, state.get("search_id", ""), winner, baseline.recipe, speedup,
+                           len(res.trial_rows(client, parent)), console)
+    if ablated is None:
+        raise Interrupted("autospeed explain interrupted: no ablation is recorded; run it again")
+    return ablated

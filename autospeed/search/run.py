@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,12 @@ class SearchOutcome:
     confirmation: Any = None  # confirm.ConfirmOutcome, or None when confirmation did not run
     confirmation_interrupted: bool = False
     best_path: Path | None = None  # best.yaml in the search's folder (also logged on the parent run)
+    # where this session's wall went, in order: phase -> seconds (start-up, probe and trials, confirmation, ...)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    def phases_text(self) -> str:
+        """'start-up 9.8 s, probe and trials 49.7 s, confirmation 45.1 s, export and close 2.0 s'."""
+        return ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.phase_seconds.items())
 
     @property
     def experiment_dir(self) -> Path:
@@ -142,6 +148,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     explored_seconds = parent_run.data.metrics.get(t.M_EXPLORATION_SECONDS, 0.0)
     try:
         explore_start = time.perf_counter()
+        outcome.phase_seconds["start-up (data, Ray, tracking)"] = explore_start - wall_start
         searched = _probed(spec, client, parent_id, search_id, search_dir, resources, threads, console)
         outcome.interrupted, outcome.stop_reason, halt = _trials(
             searched, client, parent_run, search_id, search_dir, outbox, console, total=total, resources=resources,
@@ -149,6 +156,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         if halt is not None:
             raise Interrupted(halt)
         explored_seconds += time.perf_counter() - explore_start
+        outcome.phase_seconds["probe and trials"] = time.perf_counter() - explore_start
         with t.interrupts_held():
             t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_SECONDS: explored_seconds}))
         if previous_sigterm is not None:  # on the main thread, where handlers can be set
@@ -161,7 +169,9 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
         ranked = _has_best(outcome.rows, spec.predict.enabled)
         if ranked and not outcome.interrupted and not outcome.stop_reason:
+            confirm_start = time.perf_counter()
             _confirm(spec, client, outcome, console)
+            outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
         _report_exploration(spec, client, parent_id, explored_seconds, console)
         if ranked:
             try:
@@ -184,6 +194,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
             signal.signal(signal.SIGTERM, previous_sigterm)
             signal.signal(signal.SIGINT, previous_sigint)
     outcome.wall_seconds = time.perf_counter() - wall_start
+    outcome.phase_seconds["export and close"] = outcome.wall_seconds - sum(outcome.phase_seconds.values())
     return outcome
 
 
@@ -343,8 +354,10 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
     if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
         from autospeed.search.ablation import run_ablation
 
-        confirmed.ablation = run_ablation(client, spec, client.get_run(outcome.parent_run_id), outcome.search_id,
-                                          confirmed, len(outcome.rows), console)
+        ablated = run_ablation(client, spec, client.get_run(outcome.parent_run_id), outcome.search_id,
+                               confirmed.winner, confirmed.baseline.recipe, confirmed.speedup, len(outcome.rows),
+                               console)
+        confirmed.ablation, confirmed.ablation_interrupted = ablated or [], ablated is None
     print(file=console)
     print(format_confirmation(confirmed), file=console, flush=True)
     print(compute_line(confirmed), file=console, flush=True)

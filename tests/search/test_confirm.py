@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -171,7 +173,6 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
     from mlflow.tracking import MlflowClient
 
     from autospeed.search.ablation import knobs_to_ablate, run_ablation, variants
-    from autospeed.search.confirm import ConfirmOutcome
     from autospeed.space import SearchSpec
     from autospeed.track.export import _add_ablation
     from autospeed.recipe import Measured
@@ -196,9 +197,8 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
         "resources": {"gpus_per_trial": 0, "cpus_per_trial": 1}, "space": {"lr": {"loguniform": [0.01, 0.1]}}})
     client = MlflowClient(new_store(tmp_path / "store"))
     parent = client.get_run(client.create_run(client.create_experiment("ablate")).info.run_id)
-    outcome = ConfirmOutcome([], 3, Candidate("t1", False, None, winner, ttas=[1.0] * 3),
-                             Candidate("t0", True, None, base, ttas=[4.0] * 3))
-    ablated = run_ablation(client, spec, parent, "s1", outcome, 2, console=open(os.devnull, "w"))
+    ablated = run_ablation(client, spec, parent, "s1", Candidate("t1", False, None, winner, ttas=[1.0] * 3), base,
+                           4.0, 2, console=open(os.devnull, "w"))
 
     pids = [int(p) for p in out.read_text().split()]
     assert len(pids) == 4 and len(set(pids)) == 4 and os.getpid() not in pids  # 2 rounds x (winner, lr)
@@ -213,6 +213,38 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
     measured = Measured()
     _add_ablation(measured, client.get_run(parent.info.run_id).data.tags[t.TAG_ABLATION])
     assert measured.ablation == {"lr": pytest.approx(lr.lost)}
+
+
+def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_it(searched, tmp_path):
+    """`autospeed explain`, the ablation as its own command: on a copy of the shared search (its store and
+    folder; the copy leaves the shared one as other tests read it), one round of the winner beside each knob
+    set back, recorded on the parent where `autospeed export` finds it; a search that does not exist is one
+    line and exit 1."""
+    import shutil
+
+    from autospeed.recipe import load_recipe
+
+    copy = tmp_path / "copy"
+    shutil.copytree(searched.folder, copy)
+    uri = f"sqlite:///{copy / 'mlflow.db'}"
+    assert searched.uri.endswith("/mlflow.db")
+    run = [sys.executable, "-m", "autospeed"]
+    proc = subprocess.run([*run, "explain", "--name", searched.name, "--tracking-uri", uri, "--storage-path",
+                           str(copy / "runs"), "--repeats", "1"], cwd=copy, env=searched.env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ablation: the winner with each of" in proc.stdout and "winner (same rounds)" in proc.stdout, proc.stdout
+    assert f"recorded on search '{searched.name}'" in proc.stdout
+    proc = subprocess.run([*run, "export", "--name", searched.name, "--tracking-uri", uri, "--out", "best.yaml"],
+                          cwd=copy, env=searched.env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert load_recipe(copy / "best.yaml").measured.ablation  # knob -> speed-up lost
+    assert not any(r.data.tags.get(t.TAG_KIND) == t.KIND_ABLATION for r in searched.runs())  # the original: none
+
+    missing = subprocess.run([*run, "explain", "--name", "nonesuch", "--tracking-uri", uri, "--storage-path",
+                              str(copy / "runs")], cwd=copy, env=searched.env, capture_output=True, text=True)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "no search named 'nonesuch'" in missing.stderr
 
 
 # ---------------------------------------------------------------- confirm.max_repeats
