@@ -116,6 +116,11 @@ def test_commits_are_read_from_headers_json_provenance_and_sentences(tmp_path):
         ["f4d8365", "abc1234", "abc1234"]
 
 
+def test_a_copy_of_the_tree_without_its_history_is_skipped_not_failed(repo, tmp_path_factory):
+    assert _stale.has_history(repo)
+    assert not _stale.has_history(tmp_path_factory.mktemp("copy"))  # as the device machine's copy of the tree
+
+
 def test_every_cited_results_file_is_as_new_as_the_code_it_measures():
     """The real check, on this repository: it fails until every stale results file it prints is regenerated with
     the command printed beside it (on a quiet machine), and the new files are committed."""
