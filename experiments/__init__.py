@@ -77,7 +77,7 @@ class Experiment:
     def paths(self, run: Run) -> tuple[str, ...]:
         """What `run`'s results depend on: the script, the experiment's paths and the run's own; () when the
         experiment declares none (see `unmeasured`)."""
-        return (self.path, *self.measures, *run.measures) if self.measures else ()
+        return tuple(dict.fromkeys((self.path, *self.measures, *run.measures))) if self.measures else ()
 
 
 def _r(*args: str, writes: tuple[str, ...], measures: tuple[str, ...] = (), at: str = "", note: str = "") -> Run:
@@ -287,7 +287,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                  note="the stage's knobs.log, kept as knobs_gpu_partial.log: it stopped in max-autotune's 422 s "
                       "cold compile, before knobs_gpu.md"),
               _r("tests", f"{RESULTS}/gpu", writes=("gpu/pytest_cuda.log",), at="52a0aaa",
-                 note="the second H100 session, on the tree of 6c09806 (experiments/results/gpu/README.md)"),
+                 note="the second H100 session, on the tree of 6c09806 as experiments/results/gpu/README.md says"),
               _r("trials", f"{RESULTS}/gpu/search20", "20", "3",
                  writes=tuple(f"gpu/search20/{f}" for f in (
                      "best.yaml", "search_export_train_report.log", "speedup_gpu.md", "versions.txt",

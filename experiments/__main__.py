@@ -218,9 +218,9 @@ def listing(as_json: bool) -> None:
             print(f"    measures: no paths ({e.unmeasured})")
         for r in e.runs:
             kind = f"archived ({e.file} at {r.at}, not rerun by all)" if r.at else "all"
-            extra = f" + {', '.join(r.measures)}" if r.measures and e.measures else ""
+            extra = [p for p in r.measures if p not in e.measures] if e.measures else []
             print(f"    {kind}:   {shown(argv_of(e, r.args))}\n           -> {', '.join(r.writes)}"
-                  + (f"\n           measures{extra and ' also'}: {extra[3:]}" if extra else "")
+                  + (f"\n           measures also: {', '.join(extra)}" if extra else "")
                   + (f"\n           ({r.note})" if r.note else ""))
         if e.quick is not None:
             print(f"    quick: {shown(argv_of(e, quick_args(e, Path('QUICK'))))}\n"
