@@ -4,7 +4,8 @@ A results file names the commit it was measured at: its header's `commit:` line,
 measurement it was drawn from (long_job.md's curves, a merged payback.md's runs). Its experiment declares the
 paths its figures depend on (experiments/__init__.py, `measures`). The file is stale when a commit that changed
 one of those paths is not an ancestor of (or equal to) every commit it names: the figure then describes code that
-has changed since, and the command printed beside it regenerates it. A commit the repository does not know is
+has changed since, and the command printed beside it regenerates it. A measured path that is itself a results
+file (an input) counts by the commit it names instead: it must be an ancestor of (or equal to) the file's own. A commit the repository does not know is
 stale too: nobody can check out the tree it was measured on. Only the commit graph counts, so a figure measured
 on a dirty tree is as new as the commit it names, and a measured path changed by a later commit (the change that
 was dirty, committed) makes it stale: regenerate on a clean tree.
@@ -84,36 +85,63 @@ def newer_change(root: Path, commit: str, paths: tuple[str, ...]) -> tuple[str, 
     return (lines[0], lines[1:]) if lines else None
 
 
-def why_stale(root: Path, c: Cited) -> str | None:
-    """One line saying why `c` is stale, or None when it is as new as its paths."""
-    named = named_commits(root / c.file)
-    for sibling in c.siblings:
+def commits_of(root: Path, c: Cited) -> list[str]:
+    """The commits `c`'s file names or, where it names none (a figure, a copied recipe), those its command's first
+    other file names."""
+    for file in (c.file, *c.siblings):
+        named = named_commits(root / file)
         if named:
-            break
-        named = named_commits(root / sibling)
+            return named
+    return []
+
+
+def known(root: Path, named: str) -> str | None:
+    """The full hash of the commit a provenance line names, or None when this repository does not know it."""
+    full = git(root, "rev-parse", "--verify", "--quiet", f"{revision(named)}^{{commit}}")
+    return full.stdout.strip() if full.returncode == 0 and revision(named) else None
+
+
+def why_stale(root: Path, c: Cited, index: dict[str, Cited]) -> str | None:
+    """One line saying why `c` is stale, or None when it is as new as its paths.
+
+    A path under experiments/results/ is an input (noise.md's spread, speedup_best.yaml's recipe): its commits
+    are compared, not its file's history, since one `python -m experiments all` writes the input and then reads it
+    at the same commit, and commits both after. `c` is stale when its input was measured at a commit that is not
+    an ancestor of (or equal to) its own: the input was measured again since. Code paths count by their history."""
+    named = commits_of(root, c)
     if not named:
         return f"{c.file}: names no commit; regenerate: {c.command}"
+    inputs = [p for p in c.paths if p.startswith(f"{RESULTS}/")]
+    code = tuple(p for p in c.paths if p not in inputs)
     for text in named:
-        full = git(root, "rev-parse", "--verify", "--quiet", f"{revision(text)}^{{commit}}")
-        if full.returncode or not revision(text):
+        full = known(root, text)
+        if full is None:
             return f"{c.file}: measured at {text}, a commit this repository does not know; regenerate: {c.command}"
-        change = newer_change(root, full.stdout.strip(), c.paths)
+        change = newer_change(root, full, code) if code else None
         if change:
             commit, changed = change
             more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
             return (f"{c.file}: measured at {text}, but {commit} changed {changed[0] if changed else 'its paths'}"
                     f"{more} since; regenerate: {c.command}")
+        for source in inputs:
+            for input_text in commits_of(root, index.get(source, Cited(source, (), ""))):
+                input_full = known(root, input_text)
+                if input_full is None or git(root, "merge-base", "--is-ancestor", input_full, full).returncode:
+                    return (f"{c.file}: measured at {text}, but its input {source} was measured at {input_text} "
+                            f"since; regenerate (after {source}): {c.command}")
     return None
 
 
 def check(root: Path, entries: list[Cited]) -> tuple[list[str], str]:
     """(one line per stale cited file, a one-line summary). Entries whose file README.md and docs/ do not cite
-    are left out; so is a cited file with `skip`, counted in the summary."""
+    are not checked (they still say whose commits an input's are); a cited file with `skip` is counted in the
+    summary."""
     text = citations(root)
     cited = [c for c in entries if is_cited(c.file, text)]
     skipped = [c for c in cited if c.skip or not c.paths]
     checked = [c for c in cited if c not in skipped]
-    stale = [line for line in (why_stale(root, c) for c in checked) if line]
+    index = {c.file: c for c in entries}
+    stale = [line for line in (why_stale(root, c, index) for c in checked) if line]
     reasons = sorted({c.skip or "no paths declared" for c in skipped})
     skip_note = f"; {len(skipped)} skipped ({'; '.join(reasons)})" if skipped else ""
     if stale:

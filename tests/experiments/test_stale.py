@@ -89,6 +89,23 @@ def test_every_commit_a_file_names_counts_and_a_file_without_one_takes_its_sibli
                      for path in (RESULT, "experiments/results/r_best.yaml")]
 
 
+def test_an_input_results_file_counts_by_its_commit_not_by_when_it_was_committed(repo):
+    """noise.md, then interval_coverage.md that reads it, written at one commit and committed together: fresh;
+    noise.md measured again at a later commit: interval_coverage.md is stale."""
+    measured = git(repo, "rev-parse", "--short", "HEAD")
+    source = "experiments/results/in.md"
+    reader = entry(paths=("code/a.py", source))
+    inputs = Cited(source, ("code/a.py",), "python experiments/in.py")
+    commit(repo, {source: results(measured), RESULT: results(measured)}, "both results, one commit")
+    assert _stale.check(repo, [reader, inputs])[0] == []
+
+    later = commit(repo, {"code/b.py": "b = 2\n"}, "a later commit")
+    commit(repo, {source: results(later)}, "the input measured again")
+    assert _stale.check(repo, [reader, inputs])[0] == [
+        f"{RESULT}: measured at {measured}, but its input {source} was measured at {later} since; "
+        f"regenerate (after {source}): {COMMAND}"]
+
+
 def test_an_uncited_file_is_not_checked_and_a_skipped_one_is_counted_with_its_reason(repo):
     commit(repo, {RESULT: results("0123abc")}, "results nobody can check")
     uncited = entry(file="experiments/results/other.md")
