@@ -260,15 +260,18 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/predict.py", "autospeed/search/curve.py",
                   "autospeed/outcome.py", LONG)),
     Experiment(
-        "example", "example.py", "the README's 30-second example: a smoke search as a user runs it",
+        "example", "example.py", "the README's examples as a user runs them: the 30-second smoke search, the main "
+        "job (fast.yaml) and a long job, each in a new folder with an empty dataset cache",
         runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",), measures=(SMOKE,)),
+              _r("--space", FAST, "--out", f"{RESULTS}/example_fast.md", writes=("example_fast.md",),
+                 measures=(FAST,)),
               _r("--space", LONG, "--out", f"{RESULTS}/example_long.md", writes=("example_long.md",),
                  measures=(LONG,))),
         note="no quick pass: it is one whole search (Ray's start alone is most of its time)",
         measures=(*SEARCH, BUILTIN, "autospeed/show/live.py")),  # live.py: the output the results file shows
     Experiment(
         "suite_durations", "suite_durations.py", "the README's test command timed on a fresh clone, with pytest's "
-        "slowest phases",
+        "slowest files and phases, 3 runs in a row",
         runs=(_r("--fresh-clone", "--out", f"{RESULTS}/suite_durations.md", writes=("suite_durations.md",)),),
         note="no quick pass: it runs the whole test suite, which itself runs the quick pass",
         unmeasured="it times the whole suite: every test and all the code under them, so any commit can move it; "
