@@ -244,12 +244,14 @@ def stale_entries() -> list[_stale.Cited]:
 
 
 def stale() -> int:
-    """Exit 1 with one line per cited results file older than the code it measures; 0 with a summary line."""
+    """Exit 1 with one line per cited results file older than the code it measures that the docs do not cite as
+    an earlier measurement ("measured at C" on each citing line); 0 otherwise. Files cited as earlier are listed
+    first, then a summary line."""
     if not _stale.has_history(ROOT):
         print(f"stale: skipped: {ROOT} has no git history here (a copy of the tree); a clone has it")
         return 0
-    lines, summary = _stale.check(ROOT, stale_entries())
-    for line in lines:
+    lines, earlier, summary = _stale.check(ROOT, stale_entries())
+    for line in earlier + lines:
         print(line)
     print(summary)
     return 1 if lines else 0

@@ -10,6 +10,14 @@ stale too: nobody can check out the tree it was measured on. Only the commit gra
 on a dirty tree is as new as the commit it names, and a measured path changed by a later commit (the change that
 was dirty, committed) makes it stale: regenerate on a clean tree.
 
+A figure may predate its code only where the reader is told so, next to the figure. So a stale file is accepted as
+cited as an earlier measurement, and does not fail the check, when every line of README.md and docs/*.md that
+cites it outside a fenced code block (there a command that writes it, not a figure) also says `measured at C`,
+where C is a commit the file names, or a prefix of one of at least 7 hex digits, that this repository knows: the
+line tells the reader which tree the figure describes, and `python -m experiments stale` lists the file apart, with
+the command that measures it again. One citing line without the phrase, or with another commit in it, and the file
+is stale: a reader of that line would take the figure for today's.
+
 This module knows nothing of EXPERIMENTS: it takes what to check as Cited entries, so that a test can run it on a
 repository of its own.
 """
@@ -25,6 +33,8 @@ RESULTS = "experiments/results"
 # "commit: X" where a provenance block names it: a header line, a JSON string's "...\ncommit: X\n...", or a
 # sentence's "(..., commit: X)". X ends at whitespace, a backslash (JSON's \n), a quote, a comma or a parenthesis.
 COMMIT = re.compile(r"(?<![\w-])commit: ([^\s\\\",)]+)")
+# "measured at C" in a line that cites a results file: C a commit of at least 7 hex digits, maybe in backticks.
+MEASURED_AT = re.compile(r"\bmeasured at `?([0-9a-f]{7,40})(?![0-9a-zA-Z])")
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,24 @@ def citations(root: Path) -> str:
     """The text that cites results: README.md and every docs/*.md."""
     files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
     return "\n".join(f.read_text() for f in files if f.is_file())
+
+
+def prose_lines(root: Path) -> list[str]:
+    """The lines of README.md and every docs/*.md outside fenced code blocks (``` ... ```): those that can tell a
+    reader when a figure was measured. A command in a code block that writes a results file cites it too, but
+    shows no figure of it."""
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    out, fenced = [], False
+    for f in files:
+        if not f.is_file():
+            continue
+        for line in f.read_text().splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced:
+                out.append(line)
+        fenced = False
+    return out
 
 
 def is_cited(file: str, text: str) -> bool:
@@ -132,22 +160,52 @@ def why_stale(root: Path, c: Cited, index: dict[str, Cited]) -> str | None:
     return None
 
 
-def check(root: Path, entries: list[Cited]) -> tuple[list[str], str]:
-    """(one line per stale cited file, a one-line summary). Entries whose file README.md and docs/ do not cite
-    are not checked (they still say whose commits an input's are); a cited file with `skip` is counted in the
-    summary."""
+def cited_as_earlier(root: Path, c: Cited, lines: list[str]) -> list[str]:
+    """The commits, as written, that the `lines` citing `c`'s file say it was measured at, when every one of them
+    says `measured at C` with C a commit the file names (one a prefix of the other) that this repository knows;
+    [] when one does not, or when none of `lines` cites it."""
+    named = [revision(n) for n in commits_of(root, c)]
+    named = [n for n in named if known(root, n)]
+    said: list[str] = []
+    citing = [line for line in lines if is_cited(c.file, line)]
+    for line in citing:
+        match = [m for m in MEASURED_AT.findall(line) if any(n.startswith(m) or m.startswith(n) for n in named)]
+        if not match:
+            return []
+        said += [m for m in match if m not in said]
+    return said
+
+
+def check(root: Path, entries: list[Cited]) -> tuple[list[str], list[str], str]:
+    """(one line per stale cited file, one line per stale file cited as an earlier measurement, a one-line summary
+    counting fresh, earlier and stale files). Only the first list fails the check. Entries whose file README.md and
+    docs/ do not cite are not checked (they still say whose commits an input's are); a cited file with `skip` is
+    counted in the summary."""
     text = citations(root)
+    lines = prose_lines(root)
     cited = [c for c in entries if is_cited(c.file, text)]
     skipped = [c for c in cited if c.skip or not c.paths]
     checked = [c for c in cited if c not in skipped]
     index = {c.file: c for c in entries}
-    stale = [line for line in (why_stale(root, c, index) for c in checked) if line]
+    stale, earlier = [], []
+    for c in checked:
+        why = why_stale(root, c, index)
+        if why is None:
+            continue
+        said = cited_as_earlier(root, c, lines)
+        if said:
+            earlier.append(f"cited as earlier: {c.file} (measured at {', '.join(said)}; regenerate: {c.command})")
+        else:
+            stale.append(why)
+    fresh = len(checked) - len(stale) - len(earlier)
     reasons = sorted({c.skip or "no paths declared" for c in skipped})
     skip_note = f"; {len(skipped)} skipped ({'; '.join(reasons)})" if skipped else ""
+    earlier_note = f"{len(earlier)} cited as earlier measurements{skip_note}"
     if stale:
-        return stale, f"stale: {len(stale)} of {len(checked)} cited results files predate the code they measure" \
-                       f"{skip_note}"
-    return [], f"stale: none; {len(checked)} cited results files are as new as the code they measure{skip_note}"
+        return stale, earlier, (f"stale: {len(stale)} of {len(checked)} cited results files predate the code they "
+                                f"measure without saying so; {fresh} fresh, {earlier_note}")
+    return [], earlier, (f"stale: none; of {len(checked)} cited results files, {fresh} are as new as the code they "
+                         f"measure, {earlier_note}")
 
 
 def has_history(root: Path) -> bool:

@@ -1,5 +1,6 @@
 """`python -m experiments stale`: a results file that README.md or docs/ cite is stale when a commit changed a path
-its experiment measures after the commit the file names; on a repository of its own, then on this one."""
+its experiment measures after the commit the file names, unless every line citing it says `measured at` that commit
+(cited as an earlier measurement); on a repository of its own, then on this one."""
 
 import subprocess
 import sys
@@ -52,15 +53,17 @@ def entry(**kw) -> Cited:
 def test_a_cited_file_is_fresh_until_a_commit_changes_a_path_it_measures(repo):
     measured = git(repo, "rev-parse", "--short", "HEAD")
     commit(repo, {RESULT: results(measured)}, "results")
-    assert _stale.check(repo, [entry()]) == ([], "stale: none; 1 cited results files are as new as the code they "
-                                                 "measure")
+    assert _stale.check(repo, [entry()]) == ([], [], "stale: none; of 1 cited results files, 1 are as new as the "
+                                                     "code they measure, 0 cited as earlier measurements")
     commit(repo, {"code/b.py": "b = 2\n"}, "a path it does not measure")
     assert _stale.check(repo, [entry()])[0] == []
 
     changed = commit(repo, {"code/a.py": "a = 2\n"}, "a path it measures")
-    lines, summary = _stale.check(repo, [entry()])
+    lines, earlier, summary = _stale.check(repo, [entry()])
     assert lines == [f"{RESULT}: measured at {measured}, but {changed} changed code/a.py since; regenerate: {COMMAND}"]
-    assert summary == "stale: 1 of 1 cited results files predate the code they measure"
+    assert earlier == []
+    assert summary == ("stale: 1 of 1 cited results files predate the code they measure without saying so; 0 fresh, "
+                       "0 cited as earlier measurements")
 
 
 def test_a_dirty_tree_counts_as_its_commit_and_an_unknown_commit_is_stale(repo):
@@ -84,7 +87,7 @@ def test_every_commit_a_file_names_counts_and_a_file_without_one_takes_its_sibli
                   "README.md": "[r.md](experiments/results/r.md), [its recipe](experiments/results/r_best.yaml)\n"},
            "results drawn from older curves")
     recipe = entry(file="experiments/results/r_best.yaml", siblings=(RESULT,))
-    lines, _ = _stale.check(repo, [entry(siblings=("experiments/results/r_best.yaml",)), recipe])
+    lines, _, _ = _stale.check(repo, [entry(siblings=("experiments/results/r_best.yaml",)), recipe])
     assert lines == [f"{path}: measured at {old}, but {changed} changed code/a.py since; regenerate: {COMMAND}"
                      for path in (RESULT, "experiments/results/r_best.yaml")]
 
@@ -110,9 +113,63 @@ def test_an_uncited_file_is_not_checked_and_a_skipped_one_is_counted_with_its_re
     commit(repo, {RESULT: results("0123abc")}, "results nobody can check")
     uncited = entry(file="experiments/results/other.md")
     skipped = entry(paths=(), skip="r declares no paths")
-    assert _stale.check(repo, [uncited]) == ([], "stale: none; 0 cited results files are as new as the code they "
-                                                 "measure")
-    assert _stale.check(repo, [skipped])[1].endswith("; 1 skipped (r declares no paths)")
+    assert _stale.check(repo, [uncited]) == ([], [], "stale: none; of 0 cited results files, 0 are as new as the "
+                                                      "code they measure, 0 cited as earlier measurements")
+    assert _stale.check(repo, [skipped])[2].endswith("; 1 skipped (r declares no paths)")
+
+
+def stale_result(repo: Path) -> tuple[str, str]:
+    """r.md measured at one commit, then a change to a path it measures: (the commit it names, the change)."""
+    measured = git(repo, "rev-parse", "--short", "HEAD")
+    commit(repo, {RESULT: results(f"{measured}-dirty (code/a.py)")}, "results")
+    return measured, commit(repo, {"code/a.py": "a = 2\n"}, "a path it measures")
+
+
+def test_a_stale_file_every_citing_line_says_measured_at_its_commit_is_cited_as_earlier(repo):
+    """A figure may predate its code where the reader is told so beside it: every line that cites it, in README.md
+    and docs/*.md, says `measured at` the commit it names; a command in a code block that writes it needs not."""
+    measured, _ = stale_result(repo)
+    commit(repo, {"README.md": f"r is 1 ([r.md](experiments/results/r.md), measured at {measured}, before later "
+                               "changes to the code it measures).\n",
+                  "docs/r.md": f"# r\n\n```bash\n{COMMAND}\n```\n\nr is 1 (measured at `{measured}`): "
+                               "[results/r.md](../experiments/results/r.md).\n"}, "cite it as earlier")
+    assert _stale.check(repo, [entry()]) == (
+        [], [f"cited as earlier: {RESULT} (measured at {measured}; regenerate: {COMMAND})"],
+        "stale: none; of 1 cited results files, 0 are as new as the code they measure, 1 cited as earlier "
+        "measurements")
+    full = git(repo, "rev-parse", measured)
+    commit(repo, {"README.md": f"r is 1 (measured at {full}): experiments/results/r.md\n"}, "a full hash")
+    assert _stale.check(repo, [entry()])[:2] == (
+        [], [f"cited as earlier: {RESULT} (measured at {full}, {measured}; regenerate: {COMMAND})"])
+
+
+def test_one_citing_line_without_measured_at_fails(repo):
+    measured, changed = stale_result(repo)
+    commit(repo, {"README.md": f"r is 1 (measured at {measured}): [r.md](experiments/results/r.md).\n",
+                  "docs/r.md": "r is 1: [r.md](../experiments/results/r.md).\n"
+                               f"(measured at {measured}, on the line after the citation, does not count)\n"},
+           "one line says it, one does not")
+    lines, earlier, summary = _stale.check(repo, [entry()])
+    assert lines == [f"{RESULT}: measured at {measured}-dirty, but {changed} changed code/a.py since; "
+                     f"regenerate: {COMMAND}"]
+    assert earlier == [] and summary.startswith("stale: 1 of 1 cited results files")
+
+    commit(repo, {"README.md": f"```bash\n{COMMAND}  # measured at {measured}\n```\n",
+                  "docs/r.md": "no citation\n"}, "cited only by a command in a code block")
+    assert len(_stale.check(repo, [entry()])[0]) == 1
+
+
+def test_measured_at_a_commit_the_file_does_not_name_fails(repo):
+    measured, changed = stale_result(repo)
+    for wrong in (changed, "0123abc", measured[:6]):  # a later commit, an unknown one, too short a prefix
+        commit(repo, {"README.md": f"r is 1 (measured at {wrong}): [r.md](experiments/results/r.md).\n"},
+               f"measured at {wrong}")
+        assert len(_stale.check(repo, [entry()])[0]) == 1, wrong
+    commit(repo, {RESULT: results("0123abc"),
+                  "README.md": "r is 1 (measured at 0123abc): [r.md](experiments/results/r.md).\n"},
+           "a commit the file names but nobody has")
+    assert _stale.check(repo, [entry()])[0] == [
+        f"{RESULT}: measured at 0123abc, a commit this repository does not know; regenerate: {COMMAND}"]
 
 
 def test_citations_match_a_results_path_not_a_longer_name_that_ends_like_it():
