@@ -222,8 +222,6 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
     line and exit 1."""
     import shutil
 
-    from autospeed.recipe import load_recipe
-
     copy = tmp_path / "copy"
     shutil.copytree(searched.folder, copy)
     uri = f"sqlite:///{copy / 'mlflow.db'}"
@@ -235,10 +233,19 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ablation: the winner with each of" in proc.stdout and "winner (same rounds)" in proc.stdout, proc.stdout
     assert f"recorded on search '{searched.name}'" in proc.stdout
-    proc = subprocess.run([*run, "export", "--name", searched.name, "--tracking-uri", uri, "--out", "best.yaml"],
-                          cwd=copy, env=searched.env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert load_recipe(copy / "best.yaml").measured.ablation  # knob -> speed-up lost
+    from mlflow.tracking import MlflowClient
+
+    from autospeed.recipe import Measured
+    from autospeed.track.export import _add_ablation
+
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.search_runs([client.get_experiment_by_name(searched.name).experiment_id],
+                                filter_string=f"tags.`{t.TAG_KIND}` = '{t.KIND_SEARCH}'")[0]
+    measured = Measured()
+    _add_ablation(measured, parent.data.tags[t.TAG_ABLATION])  # what `autospeed export` writes from it
+    assert measured.ablation  # knob -> speed-up lost
+    ablation = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{t.TAG_KIND}` = 'ablation'")
+    assert {r.data.tags[t.TAG_ABLATION_KNOB] for r in ablation} == {*measured.ablation, "none"}
     assert not any(r.data.tags.get(t.TAG_KIND) == t.KIND_ABLATION for r in searched.runs())  # the original: none
 
     missing = subprocess.run([*run, "explain", "--name", "nonesuch", "--tracking-uri", uri, "--storage-path",
