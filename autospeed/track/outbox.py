@@ -120,14 +120,17 @@ class Outbox:
 
     # ---- the journal ----
     def _load(self) -> None:
-        """An earlier session's journal: the writes it had not sent come first, in their order."""
+        """An earlier session's journal: the writes it had not sent come first, in their order. A last line cut
+        short (a SIGKILL or a full disk in the middle of a write, which never returned to its caller) is cut off
+        the file first: this session appends after it, and its own first write must start a line of its own."""
         if not self.path.exists():
             return
+        _cut_torn_tail(self.path)
         ops, sent = [], 0
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 entry = json.loads(line)
-            except ValueError:  # the last line, cut short by a kill: that write never returned to its caller
+            except ValueError:  # a torn line an earlier version left before appending to it: unreadable, skipped
                 continue
             if "op" in entry:
                 ops.append(entry)
@@ -210,6 +213,20 @@ class Outbox:
         with self._cond:
             self._ids[local] = run_id
             self._append({"created": local, "run_id": run_id})
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Truncate `path` after its last newline: every write the journal holds ends with one (`_append` writes the
+    line and its newline, then syncs), so bytes after the last are a write that never returned. Synced, so a
+    kill right after cannot bring the torn bytes back under a later write."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1  # 0 when no line ever completed
+        if end == len(data):
+            return
+        f.truncate(end)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _refused(error: Exception) -> bool:

@@ -1,0 +1,51 @@
+"""The tracking journal (autospeed/track/outbox.py) against a real MLflow store: no write that returned to its
+caller is lost, whatever an earlier session left at the end of the file."""
+
+from __future__ import annotations
+
+import json
+
+from autospeed.track.outbox import JOURNAL, Outbox
+
+
+def _journal_ops(folder) -> list[dict]:
+    """The writes a later session can read back from the journal: one JSON object per line."""
+    ops = []
+    for line in (folder / JOURNAL).read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if "op" in entry:
+            ops.append(entry)
+    return ops
+
+
+def test_a_torn_last_line_is_cut_so_the_next_sessions_writes_are_each_readable(tmp_path, new_store):
+    """A kill (or a full disk) in the middle of a journal write leaves its line cut short. The next session
+    appends after it: its first write, synced and returned, must not land on the torn line, where it would be
+    unreadable to the session after (on the code before the fix: 'b' was lost, and with it every later write
+    to a run whose creation it was)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=new_store(tmp_path / "store"))
+    run_id = client.create_run(client.create_experiment("journal")).info.run_id
+    folder = tmp_path / "search"
+    folder.mkdir()
+    a = {"seq": 1, "op": "set_tag", "args": {"run_id": run_id, "key": "a", "value": "1"}}
+    torn = json.dumps({"seq": 2, "op": "set_tag", "args": {"run_id": run_id, "key": "x", "value": "1" * 5000}})
+    (folder / JOURNAL).write_text(json.dumps(a) + "\n" + torn[:4096])  # killed one page into its write
+
+    outbox = Outbox(client, folder, grace_seconds=60)
+    outbox.set_tag(run_id, "b", "2")
+    outbox.set_tag(run_id, "c", "3")
+    assert outbox.flush(timeout_seconds=60)
+    outbox.close()
+
+    keys = [op["args"]["key"] for op in _journal_ops(folder)]
+    assert keys == ["a", "b", "c"], (folder / JOURNAL).read_text()[:300]
+    assert {"a", "b", "c"} <= set(client.get_run(run_id).data.tags)
+    assert "x" not in client.get_run(run_id).data.tags  # the torn write never returned: it is not sent
+    later = Outbox(client, folder, grace_seconds=60)
+    assert later.pending == 0  # a resume finds nothing left to send
+    later.close()
