@@ -52,7 +52,8 @@ class SearchOutcome:
 
     def phases_text(self) -> str:
         """'start-up 9.8 s, probe and trials 49.7 s, confirmation 45.1 s, export and close 2.0 s'."""
-        return ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.phase_seconds.items())
+        return ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.phase_seconds.items()
+                         if seconds >= 0.05)  # a phase that did not run (no confirmation) is left out
 
     @property
     def experiment_dir(self) -> Path:
@@ -180,6 +181,9 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
                 print(f"no best.yaml: {e}", file=console, flush=True)
         trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
         close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
+        if outbox.refused:  # each was said when it happened; the summary counts them
+            print(f"tracking: the store refused {counted(len(outbox.refused), 'write')} (each said above, counted "
+                  f"on its run as autospeed.tracking_refused); they are in {outbox.path}", file=console, flush=True)
     except BaseException as e:
         # A crash or an interrupt outside the trials: leave no run claiming to be RUNNING. A store that does not
         # answer cannot be told: the resume sends the kept writes first, then marks what is left KILLED.

@@ -19,8 +19,10 @@ id for a local one; {"sent": n} write n delivered.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -30,6 +32,7 @@ from typing import Any
 
 JOURNAL = "tracking_outbox.jsonl"
 TAG_OUTBOX_ID = "autospeed.outbox_id"  # a run created through the outbox: its local id
+TAG_REFUSED = "autospeed.tracking_refused"  # on a run: how many of its writes the store refused
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)  # between tries while the store does not answer, then every last one
 
 
@@ -56,7 +59,8 @@ class Outbox:
         self.down_since: float | None = None  # monotonic time of the first failed try of the current outage
         self.last_error = ""
         self.outages: list[tuple[float, int]] = []  # (seconds down, writes held) of each outage that ended
-        self.dropped: list[str] = []  # writes the store refused (4xx): said, not retried
+        self.refused: list[str] = []  # writes the store refused (4xx): said at once, tagged, counted; not retried
+        self._refused_on: dict[str, int] = {}  # run id -> its writes refused
         self._load()
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held for the search's life
         self._closing = False
@@ -168,7 +172,7 @@ class Outbox:
                 self._send(entry)
             except Exception as e:  # noqa: BLE001 - every failure is either retried or said
                 if _refused(e):  # the store answered no (a bad value): retrying cannot help
-                    self.dropped.append(f"{entry['op']}: {str(e).splitlines()[0][:300]}")
+                    self._say_refused(entry, e)
                 else:
                     self.last_error = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
                     if self.down_since is None:
@@ -184,6 +188,20 @@ class Outbox:
                 self._pending.pop(0)
                 self._append({"sent": entry["seq"]})
                 self._cond.notify_all()
+
+    def _say_refused(self, entry: dict[str, Any], error: Exception) -> None:
+        """A write the store refused is lost to the store, never silently: one line now, the count on its run
+        (tag autospeed.tracking_refused, where the run exists) and in the search's closing summary (run.py)."""
+        local = entry["args"].get("run_id")
+        run_id = self._ids.get(local, local)
+        what = f"{entry['op']}" + (f" on run {run_id}" if run_id else "")
+        self.refused.append(f"{what}: {str(error).splitlines()[0][:300] if str(error) else type(error).__name__}")
+        print(f"autospeed: warning: the tracking store refused a write ({self.refused[-1]}); it is kept in "
+              f"{self.path} and not retried", file=sys.stderr, flush=True)
+        if run_id and not run_id.startswith("outbox-"):  # a run the store created
+            self._refused_on[run_id] = self._refused_on.get(run_id, 0) + 1
+            with contextlib.suppress(Exception):  # a run that is gone cannot carry it: the line and count stand
+                self.client.set_tag(run_id, TAG_REFUSED, str(self._refused_on[run_id]))
 
     def _send(self, entry: dict[str, Any]) -> None:
         from mlflow.entities import Metric, Param, RunTag

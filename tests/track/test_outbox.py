@@ -49,3 +49,27 @@ def test_a_torn_last_line_is_cut_so_the_next_sessions_writes_are_each_readable(t
     later = Outbox(client, folder, grace_seconds=60)
     assert later.pending == 0  # a resume finds nothing left to send
     later.close()
+
+
+def test_a_write_the_store_refuses_is_said_at_once_and_counted_on_its_run(tmp_path, new_store, capsys):
+    """MLflow refuses to change a logged param (HTTP 400): the outbox does not retry it, but says so in one line
+    when it happens and tags the run with the count; the search's closing summary counts them (run.py)."""
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    from autospeed.track.outbox import TAG_REFUSED
+
+    client = MlflowClient(tracking_uri=new_store(tmp_path / "store"))
+    run_id = client.create_run(client.create_experiment("refused")).info.run_id
+    outbox = Outbox(client, tmp_path, grace_seconds=60)
+    outbox.log_batch(run_id, params=[Param("lr", "0.1")])
+    outbox.log_batch(run_id, params=[Param("lr", "0.2")])  # a param changed: the store refuses it
+    outbox.set_tag(run_id, "after", "1")  # the writes behind it still go
+    assert outbox.flush(timeout_seconds=60)
+    outbox.close()
+
+    assert len(outbox.refused) == 1 and outbox.refused[0].startswith(f"log_batch on run {run_id}:")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "refused" in ln]
+    assert len(lines) == 1 and "the tracking store refused a write (log_batch on run" in lines[0], lines
+    run = client.get_run(run_id)
+    assert run.data.params["lr"] == "0.1" and run.data.tags[TAG_REFUSED] == "1" and run.data.tags["after"] == "1"
