@@ -14,6 +14,7 @@ that the probed recipes train with the space's optimizers and precisions.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,12 @@ BASE = {"workload": "probe_plugin:digits", "target_accuracy": 0.9, "asha": {"ena
         "resources": {"gpus_per_trial": 0}, "fixed": {"epochs": 30, "eval_every_epochs": 1}}
 
 
+# auto's speed over math's, at most: auto sleeps 0.5 s per training step and math's step takes milliseconds, so the
+# ratio is near 0.002 on a quiet machine; a loaded one (the suite's other worker) slowed math's steps to 0.23x once.
+# Below 0.5 whatever the load: the decision, not the load, is what these tests check.
+AUTO_AT_MOST = 0.5
+
+
 def test_the_probe_fixes_a_maths_neutral_knob_at_its_fastest_value(finished_search):
     """The shared search's space (tests/conftest.py) offers attention auto and math; its plugin's model
     sleeps in training unless attention is pinned to math."""
@@ -47,7 +54,9 @@ def test_the_probe_fixes_a_maths_neutral_knob_at_its_fastest_value(finished_sear
     assert len(trials) == 6
     assert {r.data.params["attention"] for r in trials} == {"math"}  # every trial, never the slow `auto`
     # math is the default (the baseline's): auto, far slower, is stated against the noise it did not beat
-    assert "probe fixed: attention=math (kept default: attention=auto 0.0" in finished_search.stdout
+    line = re.search(r"probe fixed: attention=math \(kept default: attention=auto (\d+\.\d+)x not faster",
+                     finished_search.stdout)
+    assert line and float(line[1]) < AUTO_AT_MOST, finished_search.stdout[-3000:]
 
 
 def test_probes_are_child_runs_of_kind_probe_with_their_measurements(finished_search):
@@ -67,7 +76,9 @@ def test_probes_are_child_runs_of_kind_probe_with_their_measurements(finished_se
     # the margin behind the fix: the default kept (speed-up 1), the noise measured over its rounds (3 timed
     # steps of a millisecond each: large, and finite)
     assert parent.data.metrics["probe_speedup"] == 1.0 and parent.data.metrics["probe_noise"] > 0
-    assert parent.data.tags["autospeed.probe_margin"].startswith("kept default: attention=auto 0.0")
+    margin = re.match(r"kept default: attention=auto (\d+\.\d+)x not faster",
+                      parent.data.tags["autospeed.probe_margin"])
+    assert margin and float(margin[1]) < AUTO_AT_MOST, parent.data.tags["autospeed.probe_margin"]
 
 
 @pytest.fixture(scope="module")
