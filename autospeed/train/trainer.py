@@ -159,7 +159,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
         compile_seconds=state["compile_seconds"], first_step_seconds=state["first_step_seconds"],
         peak_memory_mb=peak.mb(),
         samples_per_second=samples_per_second,
-        **rates(samples_per_second, workload, device),
+        **rates(samples_per_second, workload, device, applied["workers"]),
         steps=state["step"], epochs_done=state["step"] / state["steps_per_epoch"],
         evaluations=state["evals"], applied=applied,
         environment={**environment(device), "workers": applied["workers"]},  # devices a TTA used (one each)
@@ -254,7 +254,7 @@ def _train_loop(recipe, workload, device, train_model, eval_model, batches, val_
                 objective=objective(Status.RUNNING, train_seconds if reached else None, state["best"],
                                     target.value, recipe.max_train_seconds, target.mode),
                 best_metrics=dict(state["best_metrics"]),
-                **rates(samples_per_second, workload, device),
+                **rates(samples_per_second, workload, device, applied["workers"]),
             )
             history.append(event.flat())
             if not math.isfinite(train_loss):

@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from autospeed.recipe import Recipe
+from autospeed.train.throughput import PEAK_ENV
 from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
@@ -29,7 +30,8 @@ def _trained(recipe: Recipe) -> tuple[dict, list[torch.Tensor]]:
         built.append(digits.build_model())
         return built[-1]
 
-    result = train(recipe, dataclasses.replace(digits, build_model=build), num_threads=1)
+    # FLOPs counted (with AUTOSPEED_PEAK_TFLOPS set below), so every run reports its MFU per device
+    result = train(recipe, dataclasses.replace(digits, build_model=build, train_flops_per_sample=1e6), num_threads=1)
     return result.to_dict(), [p.detach().clone() for p in built[0].parameters()]
 
 
@@ -49,6 +51,8 @@ def _worker(rank: int, world_size: int, rendezvous: str, recipes_json: list[str]
         dist.destroy_process_group()
 
 
+PEAK_TFLOPS = 0.001  # a made-up device peak: these CPU workers' MFU is then a checkable number
+PEAK_FLOPS = PEAK_TFLOPS * 1e12
 CASES = [(16, 1, "device"), (8, 2, "device"), (16, 1, "dataloader")]  # batch_size, accumulation_steps, data_loader
 
 
@@ -58,7 +62,9 @@ def two_workers(tmp_path_factory) -> dict[tuple, list[dict]]:
     folder = tmp_path_factory.mktemp("two-workers")
     recipes = [Recipe(**EXACT, workers=2, batch_size=b, accumulation_steps=k, data_loader=loader).model_dump_json()
                for b, k, loader in CASES]
-    mp.spawn(_worker, args=(2, str(folder / "rendezvous"), recipes, str(folder)), nprocs=2, join=True)
+    with pytest.MonkeyPatch.context() as env:  # the spawned workers inherit it
+        env.setenv(PEAK_ENV, str(PEAK_TFLOPS))
+        mp.spawn(_worker, args=(2, str(folder / "rendezvous"), recipes, str(folder)), nprocs=2, join=True)
     return {case: [torch.load(folder / f"recipe{i}-rank{rank}.pt", weights_only=False)  # our own files
                    for rank in range(2)] for i, case in enumerate(CASES)}
 
@@ -74,6 +80,8 @@ def test_two_workers_make_the_update_of_one_worker_with_twice_the_batch(two_work
         assert rank["result"]["steps"] == one_result["steps"] == 1348 // (2 * batch_size * accumulation_steps)
         assert [e["samples"] for e in rank["result"]["history"]] == [e["samples"] for e in one_result["history"]]
         assert rank["result"]["environment"]["workers"] == 2 and rank["result"]["applied"]["workers"] == 2
+        # MFU per device: both workers' samples/s over two devices' peaks (not one device's)
+        assert rank["result"]["mfu"] == pytest.approx(rank["result"]["samples_per_second"] / 2 * 1e6 / PEAK_FLOPS)
         for a, b in zip(rank["params"], two[0]["params"]):
             torch.testing.assert_close(a, b, rtol=0, atol=0)  # DDP keeps the replicas identical
     if data_loader == "device":

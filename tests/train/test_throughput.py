@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from autospeed.recipe import Recipe
-from autospeed.train.throughput import PEAK_ENV, peak_flops
+from autospeed.train.throughput import PEAK_ENV, peak_flops, rates
 from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
@@ -17,9 +18,12 @@ RECIPE = dict(workload="digits", target_accuracy=0.95, max_train_seconds=30, epo
 
 @pytest.mark.parametrize("name, tflops", [
     ("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0), ("NVIDIA H200", 989.4),
-    ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L4", 121.0), ("AMD EPYC 7B13", None), ("Some Future GPU", None),
+    ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L4", 121.0), ("NVIDIA L40", 181.0), ("NVIDIA L40S", 362.1),
+    ("NVIDIA H100 NVL", 835.0), ("NVIDIA GH200 480GB", 989.4), ("NVIDIA A10G", 70.0), ("NVIDIA A10", 125.0),
+    ("AMD EPYC 7B13", None), ("Some Future GPU", None), ("NVIDIA L400", None),
 ])
 def test_dense_bf16_peak_by_device_name(name, tflops, monkeypatch):
+    """The model's words matched whole: an L40 is not an L4 (a substring match gave it the L4's 121)."""
     monkeypatch.delenv(PEAK_ENV, raising=False)
     assert peak_flops(name) == (tflops * 1e12 if tflops else None)
 
@@ -45,3 +49,13 @@ def test_a_workload_that_counts_nothing_reports_neither(monkeypatch):
     result = train(Recipe(**RECIPE), load_workload("digits"))
     assert result.tokens_per_second is None and result.mfu is None
     assert all("tokens_per_second" not in row and "mfu" not in row for row in result.history)
+
+
+def test_mfu_is_per_device_whatever_the_workers(monkeypatch):
+    """N workers' samples/s over one device's peak read N times too high (2 workers could pass 100%): MFU divides
+    the run's throughput by its workers, each on a device of its own."""
+    counted = dataclasses.replace(load_workload("digits"), train_flops_per_sample=1e12)
+    monkeypatch.setenv(PEAK_ENV, "100")  # 100 TFLOPS
+    cpu = torch.device("cpu")
+    assert rates(80.0, counted, cpu)["mfu"] == pytest.approx(0.8)
+    assert rates(160.0, counted, cpu, workers=2)["mfu"] == pytest.approx(0.8)  # twice the samples, two devices
