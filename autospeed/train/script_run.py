@@ -117,8 +117,10 @@ class ScriptRun:
             if rank == 0:
                 env[channel.REPORT_FD], env[channel.REPLY_FD] = str(report_w), str(reply_r)
                 fds = (report_w, reply_r)
-            # a session of its own: the whole group (DataLoader workers too) is killed on the way out
-            procs.append(subprocess.Popen(self.cmd, env=env, pass_fds=fds, stderr=subprocess.PIPE,
+            # a session of its own: the whole group (DataLoader workers too) is killed on the way out. The script's
+            # own prints go to stderr with its stderr: stdout is autospeed's (`autospeed train --json` prints the
+            # result object there, and nothing else)
+            procs.append(subprocess.Popen(self.cmd, env=env, pass_fds=fds, stdout=_stderr_fd(), stderr=subprocess.PIPE,
                                           start_new_session=True))
             reader = threading.Thread(target=self._keep_tail, args=(procs[-1].stderr,), daemon=True)
             reader.start()
@@ -256,6 +258,15 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             except (ProcessLookupError, PermissionError):
                 p.kill()
             p.wait()
+
+
+def _stderr_fd() -> int:
+    """This process's stderr as a file descriptor for a child's stdout (2 where sys.stderr has none: a test's
+    capture)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):
+        return 2
 
 
 def _free_port() -> int:

@@ -196,3 +196,19 @@ def test_compile_wraps_the_scripts_training_model(tiny_script, tmp_path):
     result = train(script_recipe(tiny_script, "--observe", str(seen_file), compile="default"))
     assert result.status == Status.NOT_REACHED, result.error
     assert {o["compiled"] for o in observations(seen_file)} == {"OptimizedModule"}
+
+
+def test_train_json_is_json_when_the_script_prints(tiny_script, tmp_path):
+    """A script that prints (its accuracy, a final test pass) keeps its output, on stderr: stdout of
+    `autospeed train --script ... --json` is the result object alone (it was the script's lines, then the JSON)."""
+    import yaml
+
+    printing = tmp_path / "printing_train.py"
+    printing.write_text(tiny_script.read_text() + '\nprint("final test pass: 0.97", flush=True)\n')
+    recipe = script_recipe(printing).model_dump(mode="json", exclude_none=True)
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    done = subprocess.run([sys.executable, "-m", "autospeed", "train", "--config", "recipe.yaml", "--json",
+                           "--no-track"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["status"] == "not_reached"
+    assert "final test pass: 0.97" in done.stderr
