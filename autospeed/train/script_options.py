@@ -1,8 +1,10 @@
 """`workload: script`: a user's own training script as the workload (DESIGN.md "User scripts").
 
-Its `workload_options`: `script` (the path of the Python file), `args` (its command-line arguments)
-and `timeout_grace_seconds` (how long past its budget a silent script may run before it is killed;
-default 60). `autospeed search --script train.py -- ARGS` writes them. Standard library only.
+Its `workload_options`: `script` (the path of the Python file), `args` (its command-line arguments),
+`timeout_grace_seconds` (how long past its budget a silent script may run before it is killed; default 60)
+and `after_result_seconds` (how long a script that has sent its result may go on with its after-work, a final
+test pass or a checkpoint save, before it is ended; its result is kept either way; default 600).
+`autospeed search --script train.py -- ARGS` writes the first two. Standard library only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from autospeed.errors import UserError
 
 SCRIPT = "script"
 DEFAULT_GRACE_SECONDS = 60.0
-_KEYS = ("script", "args", "timeout_grace_seconds")
+DEFAULT_AFTER_RESULT_SECONDS = 600.0
+_KEYS = ("script", "args", "timeout_grace_seconds", "after_result_seconds")
 
 
 def is_script(workload: str) -> bool:
@@ -47,7 +50,10 @@ def check_script_options(options: dict[str, Any], source: str = "workload_option
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise UserError(f"{where.get('args', source + '.args')}: must be a list of strings (the script's "
                         f"command line), got {args!r}")
-    grace = options.get("timeout_grace_seconds", DEFAULT_GRACE_SECONDS)
-    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace <= 0:
-        raise UserError(f"{source}.timeout_grace_seconds: must be a number > 0 (seconds past the budget a silent "
-                        f"script may run before it is killed), got {grace!r}")
+    for key, default, meaning in (
+            ("timeout_grace_seconds", DEFAULT_GRACE_SECONDS, "seconds past the budget a silent script may run "
+                                                             "before it is killed"),
+            ("after_result_seconds", DEFAULT_AFTER_RESULT_SECONDS, "seconds a script may go on after its result")):
+        value = options.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise UserError(f"{source}.{key}: must be a number > 0 ({meaning}), got {value!r}")

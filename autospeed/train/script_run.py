@@ -9,8 +9,10 @@ as the built-in trainer calls it; the run's result comes back at its end. So a t
 run and `autospeed train --script` treat a script like a built-in workload.
 
 * A script that crashes is `failed` (`oom` for out of memory) with the tail of its stderr.
-* One that sends nothing for its budget plus `timeout_grace_seconds` (workload_options, default 60 s),
-  or runs on that long after its result, is killed: `failed`, and the error says so.
+* One that sends nothing for its budget plus `timeout_grace_seconds` (workload_options, default 60 s) is
+  killed as hung: `failed`, the error says so, and the evaluations it reported stay on the result.
+* One that sent its result and goes on (a final test pass, a checkpoint save) is given
+  `after_result_seconds` (default 600 s) to exit, said in a line; past it, it is ended and its result kept.
 * `micro_batch_size: auto`: an out-of-memory in a training step starts the script again with half the
   micro-batch, its train-clock time charged to the run, as the built-in trainer does.
 * The script's processes die with this one (Linux PR_SET_PDEATHSIG, set by the context), so a trial ASHA
@@ -35,7 +37,7 @@ from typing import Any, Callable
 
 from autospeed.outcome import Status, objective
 from autospeed.train import script_channel as channel
-from autospeed.train.script_options import DEFAULT_GRACE_SECONDS
+from autospeed.train.script_options import DEFAULT_AFTER_RESULT_SECONDS, DEFAULT_GRACE_SECONDS
 from autospeed.train.batch import micro_batch_sizes
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 
@@ -81,6 +83,9 @@ class ScriptRun:
         options = recipe.workload_options
         self.cmd = [sys.executable, options["script"], *options.get("args", [])]
         self.grace = float(options.get("timeout_grace_seconds", DEFAULT_GRACE_SECONDS))
+        self.after_result = float(options.get("after_result_seconds", DEFAULT_AFTER_RESULT_SECONDS))
+        self.ended_after_result: str | None = None  # why a script that had sent its result was ended
+        self.evaluations: list[EvalEvent] = []  # every evaluation it reported (a failed run keeps them)
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.knobs_read: list[str] | None = None
         self.last_event: EvalEvent | None = None
@@ -162,8 +167,10 @@ class ScriptRun:
                                            f"{self.recipe.max_train_seconds:g} s + timeout_grace_seconds "
                                            f"{self.grace:g} s); the script hung")
                         break
-                    if result is not None and now - last_heard > self.grace:
-                        self.killed_why = f"killed: still running {self.grace:g} s after its result"
+                    if result is not None and now - last_heard > self.after_result:
+                        # its measured result stands: only the after-work (a test pass, a checkpoint) is cut short
+                        self.ended_after_result = (f"ended {self.after_result:g} s after its result, still running "
+                                                   f"(workload_options.after_result_seconds); its result is kept")
                         break
                     continue
                 if msg is _EOF:
@@ -173,6 +180,7 @@ class ScriptRun:
                 if kind == "eval":
                     event = EvalEvent(**msg["event"])
                     self.last_event = event
+                    self.evaluations.append(event)
                     stop = bool(on_eval(event)) if on_eval is not None else False
                     _reply(replies, {"stop": stop})
                 elif kind == "preflight":
@@ -180,6 +188,10 @@ class ScriptRun:
                     _reply(replies, {"stop": True})
                 elif kind == "result":
                     result = msg["result"]
+                    if procs[0].poll() is None and not self.preflight:  # it goes on: its after-work, on no clock
+                        print(f"autospeed: the script sent its result and goes on (its after-work: a test pass, a "
+                              f"checkpoint); waiting up to {self.after_result:g} s for it to exit "
+                              f"(workload_options.after_result_seconds)", file=sys.stderr, flush=True)
             self._end(procs)
         finally:
             _kill(procs)
@@ -190,7 +202,7 @@ class ScriptRun:
 
     def _end(self, procs: list[subprocess.Popen]) -> None:
         """Let every process exit on its own (within the grace period), then kill what is left."""
-        deadline = time.monotonic() + (0 if self.killed_why else self.grace)
+        deadline = time.monotonic() + (0 if self.killed_why or self.ended_after_result else self.grace)
         for p in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):  # what is left is killed next (_kill)
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -205,6 +217,8 @@ class ScriptRun:
                 self.knobs_read = result.applied.get("knobs_read")
             if result.status in (Status.FAILED, Status.OOM) or any(c not in (0, None) for c in codes):
                 result.stderr_tail = tail
+            if self.ended_after_result:
+                print(f"autospeed: the script was {self.ended_after_result}", file=sys.stderr, flush=True)
             return result
         if self.killed_why is not None:
             return self._failed(self.killed_why, wall, tail)
@@ -228,7 +242,8 @@ class ScriptRun:
             objective=objective(status, None, best, target.value, self.recipe.max_train_seconds, target.mode),
             train_seconds=train_seconds, wall_seconds=wall, compile_seconds=e.compile_seconds if e else 0.0,
             first_step_seconds=0.0, peak_memory_mb=e.peak_memory_mb if e else None, samples_per_second=0.0,
-            steps=e.step if e else 0, epochs_done=e.epoch if e else 0.0, evaluations=0,
+            steps=e.step if e else 0, epochs_done=e.epoch if e else 0.0, evaluations=len(self.evaluations),
+            history=[ev.flat() for ev in self.evaluations],  # what it measured before it failed
             applied={"micro_batch_size": self.micro, "knobs_read": self.knobs_read or []},
             environment={}, error=error, stderr_tail=tail or None)
 

@@ -39,6 +39,7 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--eval-seconds", type=float, default=0.0)
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--pid-file")
+    p.add_argument("--after-work-seconds", type=float, default=0.0)
     args = p.parse_args()
     if args.pid_file:
         with open(args.pid_file, "a") as f:
@@ -101,6 +102,8 @@ TINY_SCRIPT = textwrap.dedent('''
                     acc = (model(vx.to(ctx.device)).argmax(1) == vy.to(ctx.device)).float().mean().item()
             if ctx.report(val_accuracy=acc, val_loss=loss.item()).stop:
                 break
+    if args.after_work_seconds:  # after its result: a final test pass, a checkpoint save
+        time.sleep(args.after_work_seconds)
 ''')
 
 

@@ -143,18 +143,32 @@ def test_a_crashing_script_fails_with_its_error_and_stderr(tiny_script):
 
 def test_a_hanging_script_is_killed_after_its_budget_and_grace(tiny_script, tmp_path):
     """A script that blocks forever at step 2 sends nothing more: past max_train_seconds plus
-    timeout_grace_seconds it is killed, the run fails saying it hung, and its process is gone.
+    timeout_grace_seconds it is killed, the run fails saying it hung, and its process is gone; the
+    evaluation it made before (after step 1) stays on the result.
     (The silence counts from the script's start: the grace leaves its start-up, import torch, room to reach
     step 2 on a busy machine.)"""
     seen_file = tmp_path / "observed.jsonl"
     recipe = script_recipe(tiny_script, "--observe", str(seen_file), "--hang-at-step", "2", grace_seconds=3,
-                           max_train_seconds=2)
+                           max_train_seconds=2, eval_every_epochs=1 / 16)  # 16 steps an epoch: each evaluates
     result = train(recipe)
     assert result.status == Status.FAILED
     assert result.error.startswith("killed:") and "hung" in result.error, result.error
     seen = observations(seen_file)
     assert len(seen) == 2  # it hung where it was told to
     assert not is_running(seen[-1]["pid"])
+    assert result.evaluations == 1 and len(result.history) == 1 and result.history[0]["step"] == 1
+
+
+def test_a_script_that_goes_on_after_its_result_keeps_it(tiny_script, tmp_path, capfd):
+    """A script that reached its target (report(...).stop) and then does 5 s of after-work (a final test pass,
+    a checkpoint save), with 2 s allowed for it (after_result_seconds): it is ended there, said in a line, and its
+    reached result is kept (it was thrown away as failed before, with the sampler seeing an infeasible trial)."""
+    recipe = script_recipe(tiny_script, "--after-work-seconds", "5", target_accuracy=0.5, epochs=20)
+    recipe.workload_options["after_result_seconds"] = 2
+    result = train(recipe)
+    assert result.status == Status.REACHED and result.tta_seconds > 0, result.error
+    err = capfd.readouterr().err
+    assert "the script sent its result and goes on" in err and "its result is kept" in err, err[-2000:]
 
 
 def test_on_eval_returning_true_stops_the_script(tiny_script, tmp_path):
