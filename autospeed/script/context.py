@@ -264,14 +264,23 @@ class Context:
                 # a whole pass runs the loader to its end, as `for batch in loader` does (its sampler then draws
                 # the next epoch's order from the same random state); a pass cut at whole steps stops early
                 whole = per_epoch * k >= len(loader)
-                for batch in loader if whole else itertools.islice(loader, per_epoch * k):
+                # The fetch is on the train clock, as in the built-in trainer: the loader's start at each epoch
+                # (worker processes spawned again unless persistent) and each batch after a pause are paid for.
+                if not self.clock.running:
+                    self.clock.start()
+                batches = iter(loader if whole else itertools.islice(loader, per_epoch * k))
+                while True:
+                    if not self.clock.running:  # after a pause (an evaluation): from the next fetch on
+                        self.clock.start()
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
                     batch = self._layout(to_device(batch, self.device, non_blocking))
                     self._micro += 1
                     self.boundary = self._micro % k == 0
                     if ddp is not None:
                         ddp.require_backward_grad_sync = self.boundary  # what DDP's no_sync() sets
-                    if not self.clock.running:
-                        self.clock.start()
                     yield batch
                     if self.finished or self.step_count >= total:
                         return

@@ -40,6 +40,7 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--pid-file")
     p.add_argument("--after-work-seconds", type=float, default=0.0)
+    p.add_argument("--slow-worker-start", type=float, default=0.0)
     args = p.parse_args()
     if args.pid_file:
         with open(args.pid_file, "a") as f:
@@ -67,7 +68,9 @@ TINY_SCRIPT = textwrap.dedent('''
 
     model = Net()
     net = ctx.prepare_model(model)
-    loader = ctx.dataloader(train_ds)
+    def slow_start(worker_id):  # a loader worker's start-up (opening files, a tokenizer): on the train clock
+        time.sleep(args.slow_worker_start)
+    loader = ctx.dataloader(train_ds, **({"worker_init_fn": slow_start} if args.slow_worker_start else {}))
     if args.own_optimizer:
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
     else:

@@ -226,3 +226,15 @@ def test_train_json_is_json_when_the_script_prints(tiny_script, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["status"] == "not_reached"
     assert "final test pass: 0.97" in done.stderr
+
+
+def test_a_scripts_loader_start_is_on_the_train_clock_as_in_the_trainer(tiny_script):
+    """The batch fetch is on the clock: a loader worker that takes 1 s to start (worker_init_fn), started again at
+    each of 2 epochs (not persistent), puts at least 2 s on the train clock. Before, the clock started after each
+    fetch, so the starts after the first and after each evaluation were off it and persistent_workers could never
+    change a script's TTA."""
+    recipe = script_recipe(tiny_script, "--slow-worker-start", "1.0", epochs=2, eval_every_epochs=1, num_workers=1,
+                           persistent_workers=False)
+    result = train(recipe)
+    assert result.status == Status.NOT_REACHED, result.error
+    assert result.train_seconds >= 2.0, result.train_seconds
