@@ -66,6 +66,8 @@ from autospeed.train.result import (
 from autospeed.train.script_options import SCRIPT
 from autospeed.train.setup import (
     CHECKED_KNOBS,
+    _SdpaWatch,
+    autocast_dtype,
     not_applied,
     prepare_module,
     set_backend_knobs,
@@ -114,6 +116,11 @@ class Context:
             "device": self.device.type, "workers": self.replicas.world_size if self.replicas else 1,
             "micro_batch_size": micro, "effective_batch": effective_batch(recipe), "data_loader": "dataloader"}
         set_backend_knobs(self._trained, self.device, self.applied)
+        # bf16/fp16 act only inside ctx.autocast(): recorded when it first runs (autocast), else the result says
+        # the script never read it
+        self._autocast_precision = self.applied.pop("precision") if autocast_dtype(self._trained.precision) else None
+        self._attention_decided = False  # whether an evaluation showed if the model calls SDPA (paused)
+        self._zeroed_between_micro = False  # the script zeroed gradients inside a step's micro-batches
         self.clock = Clock(self.device, clock_offset)
         self._clock_at_start = clock_offset
         self.peak = PeakMemory(self.device)
@@ -292,11 +299,29 @@ class Context:
         """The training forward pass's context: autocast in the recipe's precision, the attention backend pinned."""
         if self._forward is None:
             self._forward, self._attention = forward_context(self.config, self.device, self.applied)
+            if self._autocast_precision is not None:
+                self.applied["precision"] = self._autocast_precision
         return self._forward()
 
     def backward(self, loss: torch.Tensor) -> None:
         """loss.backward() through the fp16 gradient scaler, as the mean over the step's micro-batches."""
+        if self.step_count == 0 and not self._zeroed_between_micro:
+            self._check_accumulating()
         self._stepper_for().backward(loss)
+
+    def _check_accumulating(self) -> None:
+        """In the first step, at a micro-batch after its first: the gradients of the ones before must still be
+        there. A script that zeroes them each micro-batch (its own optimizer.zero_grad()) trains every step on
+        the last micro-batch alone: said once, and the result records accumulation_steps 1, what acted."""
+        k = self._trained.accumulation_steps
+        if k == 1 or self.module is None or (self._micro - 1) % k == 0:
+            return
+        first = next((p for p in self.module.parameters() if p.requires_grad), None)
+        if first is not None and (first.grad is None or not bool(first.grad.any())):
+            self._zeroed_between_micro = True
+            print(f"autospeed: warning: the script zeroes its gradients between the micro-batches of a step "
+                  f"(accumulation_steps: {k}), so each step trains on 1/{k} of its batch; drop your own "
+                  f"zero_grad() (ctx.step frees the gradients after each step)", file=sys.stderr, flush=True)
 
     def step(self, optimizers, schedulers=None) -> bool:
         """One optimizer step at the end of a step's micro-batches (`ctx.boundary`; before it, nothing and
@@ -337,11 +362,32 @@ class Context:
         """Off the train clock (evaluation, logging, checkpoints): it starts again at the next batch."""
         if self.clock.running:
             self.clock.stop()
+        watch = self._watch_attention()
         try:
-            yield
+            with watch[0] if watch is not None else contextlib.nullcontext():
+                yield
         except BaseException as e:
             self._eval_failed = is_oom(e)  # out of memory here: a smaller training micro-batch would not help
             raise
+        finally:
+            if watch is not None:
+                self._attention_seen(*watch)
+
+    def _watch_attention(self):
+        """Until an evaluation has run the model: (a counter of scaled_dot_product_attention calls, the model's
+        forward calls, the hook that counts them), as the trainer's first evaluation watches (AttentionKnob)."""
+        if self._attention_decided or self.module is None:
+            return None
+        ran: list[int] = []
+        return _SdpaWatch(), ran, self.module.register_forward_pre_hook(lambda *_: ran.append(1))
+
+    def _attention_seen(self, watch, ran: list[int], hook) -> None:
+        """A pause in which the model ran decides: no SDPA call, and the attention knob cannot act."""
+        hook.remove()
+        if ran:
+            self._attention_decided = True
+            if watch.calls == 0:
+                self.applied["attention"] = NOT_APPLICABLE
 
     def report(self, train_loss: float | None = None, **metrics: float) -> Report:
         """One evaluation's metrics (the target's among them). Stops when the target is met, the budget or the
@@ -419,9 +465,12 @@ class Context:
             default = Recipe.model_fields[knob].default
             if knob not in self.read and knob not in applied and getattr(self._trained, knob) != default:
                 applied[knob] = NOT_READ
-        applied["accumulation_steps"] = self._trained.accumulation_steps
+        applied["accumulation_steps"] = 1 if self._zeroed_between_micro else self._trained.accumulation_steps
+        applied["gradients_zeroed_between_micro_batches"] = self._zeroed_between_micro
         applied["lr"] = self._trained.lr
         applied["not_applied"] = not_applied(self._trained, applied)
+        if self._zeroed_between_micro:  # the leaderboard and `autospeed train` list it with the others
+            applied["not_applied"]["accumulation_steps"] = {"asked": self._trained.accumulation_steps, "ran": 1}
         best = self.best_metrics.get(target.metric)
         train_seconds = self.clock.total
         wall_to_target = None if self._wall_at_target is None else self._wall_at_target + self._before_entry

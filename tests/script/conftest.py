@@ -41,6 +41,8 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--pid-file")
     p.add_argument("--after-work-seconds", type=float, default=0.0)
     p.add_argument("--slow-worker-start", type=float, default=0.0)
+    p.add_argument("--no-autocast", action="store_true")
+    p.add_argument("--zero-each-micro-batch", action="store_true")
     args = p.parse_args()
     if args.pid_file:
         with open(args.pid_file, "a") as f:
@@ -67,7 +69,7 @@ TINY_SCRIPT = textwrap.dedent('''
             return self.fc(x)
 
     model = Net()
-    net = ctx.prepare_model(model)
+    net = ctx.prepare_model(model, autocast=not args.no_autocast)
     def slow_start(worker_id):  # a loader worker's start-up (opening files, a tokenizer): on the train clock
         time.sleep(args.slow_worker_start)
     loader = ctx.dataloader(train_ds, **({"worker_init_fn": slow_start} if args.slow_worker_start else {}))
@@ -81,6 +83,8 @@ TINY_SCRIPT = textwrap.dedent('''
         if args.gate and not os.environ.get("AUTOSPEED_PREFLIGHT"):  # the search's preflight passes
             while not os.path.exists(os.path.join(args.gate, "go")):  # a state the test sets, polled
                 time.sleep(0.01)
+        if args.zero_each_micro_batch:
+            opt.zero_grad()  # a mistake under accumulation: drops the step's earlier micro-batches
         loss = nn.functional.cross_entropy(net(x), y)
         ctx.backward(loss)
         micro_since_step += 1

@@ -238,3 +238,23 @@ def test_a_scripts_loader_start_is_on_the_train_clock_as_in_the_trainer(tiny_scr
     result = train(recipe)
     assert result.status == Status.NOT_REACHED, result.error
     assert result.train_seconds >= 2.0, result.train_seconds
+
+
+def test_a_scripts_applied_records_what_acted_attention_precision_and_zeroed_accumulation(tiny_script, capfd):
+    """attention: math on a model that never calls scaled_dot_product_attention is not_applicable (seen in its
+    first evaluation, as the trainer sees it); bf16 is recorded once ctx.autocast() ran, and as not read by a
+    script that never enters it; a script that zeroes its gradients every micro-batch under accumulation_steps 2
+    is said in a line and recorded as accumulation 1 (it trained each step on half its batch)."""
+    ran = train(script_recipe(tiny_script, attention="math", precision="bf16"))
+    assert ran.applied["attention"] == "not_applicable" and ran.applied["precision"] == "bf16", ran.applied
+    assert ran.applied["not_applied"]["attention"] == {"asked": "math", "ran": "not_applicable"}
+
+    plain = train(script_recipe(tiny_script, "--no-autocast", precision="bf16"))
+    assert plain.applied["precision"] == "not_read" and "precision" in plain.applied["not_applied"], plain.applied
+
+    zeroed = train(script_recipe(tiny_script, "--zero-each-micro-batch", accumulation_steps=2))
+    assert zeroed.applied["accumulation_steps"] == 1 and zeroed.applied["gradients_zeroed_between_micro_batches"]
+    assert zeroed.applied["not_applied"]["accumulation_steps"] == {"asked": 2, "ran": 1}
+    assert "zeroes its gradients between the micro-batches" in capfd.readouterr().err
+    kept = train(script_recipe(tiny_script, accumulation_steps=2))  # the same without the mistake: not said
+    assert kept.applied["accumulation_steps"] == 2 and not kept.applied["gradients_zeroed_between_micro_batches"]
