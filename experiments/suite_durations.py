@@ -61,6 +61,18 @@ def failures_of(log: str) -> list[str]:
     return [ln for ln in log.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
 
 
+REPORT_LINES = 150
+
+
+def failure_report(log: str) -> str:
+    """pytest's ERRORS and FAILURES sections of `log`, cut to REPORT_LINES lines."""
+    lines = log.splitlines()
+    start = next((i for i, ln in enumerate(lines) if re.match(r"^=+ (ERRORS|FAILURES) =+$", ln)), None)
+    if start is None:
+        return "(no report section in pytest's output)"
+    return "\n".join(lines[start:start + REPORT_LINES])
+
+
 def phases(log: str) -> list[re.Match]:
     return [m for m in map(DURATION.match, log.splitlines()) if m]
 
@@ -94,7 +106,7 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
-    rows, log, command, head = [], "", "", ""
+    rows, log, command, head, reports = [], "", "", "", []
     for run in range(1, args.runs + 1):
         with tempfile.TemporaryDirectory(prefix="autospeed-suite-") as tmp:
             folder = ROOT
@@ -109,6 +121,9 @@ def main() -> int:
         failed = failures_of(log)
         verdict = "over the limit" if wall > LIMIT_SECONDS else "within the limit"
         rows.append(f"| {run} | {wall:.1f} | {verdict} | {summary_of(log)} | {'; '.join(failed) or 'none'} |")
+        if failed:  # what a flaky test did, kept: the next run may not show it again
+            reports.append(f"Run {run}'s failures, as pytest reported them (the first {REPORT_LINES} lines):\n\n"
+                           f"```text\n{failure_report(log)}\n```\n")
         print(rows[-1], flush=True)
     where = f"a fresh `git clone` of commit {head}" if args.fresh_clone else f"the work tree at {head}"
     text = (results_header("The test suite's time", "cpu")
@@ -116,7 +131,7 @@ def main() -> int:
             + f"the limit is {LIMIT_SECONDS} s on 2 cores. Each run leaves out `{SELF_TEST}`, the test that reads "
             + "this file." + (f" {args.note}" if args.note else "") + "\n\n"
             + "| run | wall seconds | limit | pytest | failures |\n| ---: | ---: | --- | --- | --- |\n"
-            + "\n".join(rows) + "\n\n"
+            + "\n".join(rows) + "\n\n" + "\n".join(reports) + ("\n" if reports else "")
             + f"Slowest test files in run {args.runs} (the sum of their tests' setup, call and teardown; two "
             + "worker processes share the wall):\n\n" + "\n".join(slowest_files(log, args.most)) + "\n\n"
             + f"Slowest phases in run {args.runs} (pytest --durations):\n\n"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,19 @@ def two_workers(tmp_path_factory) -> dict[tuple, list[dict]]:
     folder = tmp_path_factory.mktemp("two-workers")
     recipes = [Recipe(**EXACT, workers=2, batch_size=b, accumulation_steps=k, data_loader=loader).model_dump_json()
                for b, k, loader in CASES]
+    written = [folder / f"recipe{i}-rank{rank}.pt" for i in range(len(CASES)) for rank in range(2)]
     with pytest.MonkeyPatch.context() as env:  # the spawned workers inherit it
         env.setenv(PEAK_ENV, str(PEAK_TFLOPS))
-        mp.spawn(_worker, args=(2, str(folder / "rendezvous"), recipes, str(folder)), nprocs=2, join=True)
+        try:
+            mp.spawn(_worker, args=(2, str(folder / "rendezvous"), recipes, str(folder)), nprocs=2, join=True)
+        except mp.ProcessExitedException as e:
+            # A rank killed by a signal after both had written everything (past the barrier) died in gloo's own
+            # teardown ("terminate called without an active exception", SIGABRT, seen under a loaded suite), not
+            # in what this tests; anything earlier still fails. This fixture errored in 1 of 3 suite runs at
+            # da15292 with no report kept (suite_durations.py keeps them since), so its cause is not known.
+            if not all(p.exists() for p in written):
+                raise
+            warnings.warn(f"a gloo worker died at teardown after writing its results: {e}")
     return {case: [torch.load(folder / f"recipe{i}-rank{rank}.pt", weights_only=False)  # our own files
                    for rank in range(2)] for i, case in enumerate(CASES)}
 
