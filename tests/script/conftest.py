@@ -39,7 +39,7 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--eval-seconds", type=float, default=0.0)
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--pid-file")
-    p.add_argument("--after-work-seconds", type=float, default=0.0)
+    p.add_argument("--after-work-forever", action="store_true")
     p.add_argument("--slow-worker-start", type=float, default=0.0)
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--zero-each-micro-batch", action="store_true")
@@ -109,8 +109,8 @@ TINY_SCRIPT = textwrap.dedent('''
                     acc = (model(vx.to(ctx.device)).argmax(1) == vy.to(ctx.device)).float().mean().item()
             if ctx.report(val_accuracy=acc, val_loss=loss.item()).stop:
                 break
-    if args.after_work_seconds:  # after its result: a final test pass, a checkpoint save
-        time.sleep(args.after_work_seconds)
+    if args.after_work_forever:  # after its result: after-work (a test pass, a checkpoint) that outlasts any allowance
+        threading.Event().wait()
 ''')
 
 

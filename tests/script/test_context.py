@@ -160,10 +160,11 @@ def test_a_hanging_script_is_killed_after_its_budget_and_grace(tiny_script, tmp_
 
 
 def test_a_script_that_goes_on_after_its_result_keeps_it(tiny_script, tmp_path, capfd):
-    """A script that reached its target (report(...).stop) and then does 5 s of after-work (a final test pass,
-    a checkpoint save), with 2 s allowed for it (after_result_seconds): it is ended there, said in a line, and its
-    reached result is kept (it was thrown away as failed before, with the sampler seeing an infeasible trial)."""
-    recipe = script_recipe(tiny_script, "--after-work-seconds", "5", target_accuracy=0.5, epochs=20)
+    """A script that reached its target (report(...).stop) and then goes on with after-work (a final test pass,
+    a checkpoint save) that outlasts the 2 s allowed for it (after_result_seconds): it is ended there, said in a
+    line, and its reached result is kept (it was thrown away as failed before, the sampler seeing an infeasible
+    trial)."""
+    recipe = script_recipe(tiny_script, "--after-work-forever", target_accuracy=0.5, epochs=20)
     recipe.workload_options["after_result_seconds"] = 2
     result = train(recipe)
     assert result.status == Status.REACHED and result.tta_seconds > 0, result.error
