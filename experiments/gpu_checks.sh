@@ -6,6 +6,11 @@
 #
 #   AUTOSPEED_COMMIT=$(git rev-parse --short HEAD) bash experiments/gpu_checks.sh OUTDIR STAGE [STAGE ...]
 #
+# The one-call version (issue 44: 15 device minutes a session, start-up included):
+#   AUTOSPEED_COMMIT=$(git rev-parse --short HEAD) bash experiments/gpu_checks.sh OUTDIR quick
+# runs experiments/gpu_quick.py for QUICK_SECONDS (default 550): the cuda tests, the vision baseline's calibration,
+# a short search with fresh-process confirmation, the GPT's MFU and the compile cache's cold start, as much as fits.
+#
 # Stages, in the order `all` runs them (minutes on an H100 are estimates until a run measures them):
 #   tests           pytest -m cuda (tests/train/test_cuda.py)                                      ~2
 #   calibrate       each GPU space's baseline once, its target metric against the train clock,
@@ -25,7 +30,7 @@
 set -uo pipefail
 out=${1:?usage: gpu_checks.sh OUTDIR STAGE [STAGE ...]}
 shift
-stages="tests calibrate ddp knobs vision vision_speedup vision_cache lm lm_speedup lm_cache"
+stages="quick tests calibrate ddp knobs vision vision_speedup vision_cache lm lm_speedup lm_cache"
 [ $# -gt 0 ] || { echo "name at least one stage: $stages all" >&2; exit 2; }
 mkdir -p "$out"
 if [ ! -d .site/databricks ] && ls .whl/*.whl > /dev/null 2>&1; then
@@ -169,9 +174,11 @@ cache_stage() {  # $1: name; the export's first step and TTA on a new machine, w
       echo "cold start exit $?"; } > "$out/cold_start_cache_$1.log" 2>&1
 }
 
-versions
+[ "$*" = quick ] || versions  # quick writes its versions into its logs: at most 8 files come back
 for stage in "$@"; do
     case "$stage" in
+    quick) $py experiments/gpu_quick.py --out "$out" --device "$device" --seconds "${QUICK_SECONDS:-550}" \
+               --work "$work/quick" ;;
     all) stage_tests; stage_calibrate; stage_ddp; stage_knobs
          search_stage gpu.yaml gpu; speedup_stage gpu.yaml gpu; cache_stage gpu
          search_stage gpu_lm.yaml gpu_lm; speedup_stage gpu_lm.yaml gpu_lm; cache_stage gpu_lm ;;

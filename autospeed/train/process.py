@@ -11,10 +11,8 @@ process that does nothing else:
   is. Its cold start (on a GPU: CUDA context, cuDNN/cuBLAS handles, kernel loading, 1.0 s against 0.01 s
   warm on an H100, experiments/results/gpu/cold_start_gpu.md) is on the run's train clock, and its
   interpreter start, imports and data loading are in its `wall_to_target_seconds`, which counts from
-  the process's start (autospeed.train.result).
-* `LeanProcess`: one spawned process that trains several runs one after another and loads each
-  workload once. Only its first run's wall to target counts from the process start; later runs count
-  from their `train()` call (their `wall_clock_origin` says so), so their walls are not a fresh process's.
+  the process's start (autospeed.train.result). The process is not a daemon: its DataLoader may start
+  worker processes, which a daemonic process may not (a multiprocessing.Pool worker failed every such run).
 
 This module imports the trainer only (no Ray, MLflow or Optuna), so neither does the process.
 """
@@ -45,38 +43,46 @@ def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | Non
     return result
 
 
-class LeanProcess:
-    """One spawned process that trains recipes one at a time (`with LeanProcess() as p: p.train(...)`).
-    It starts on the first `train`; leaving the block by an exception (Ctrl-C included) terminates it,
-    whatever it was doing."""
-
-    def __init__(self):
-        self._pool = None
-
-    def train(self, recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
-        """`train(recipe)` there; with `compile_cache_to`, a compiled run also saves the compile artifacts the
-        process recorded to that file (autospeed.train.compile_cache): ask it of a process's only run, since
-        they are every compile of the process."""
-        if self._pool is None:
-            self._pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_ctrl_c)
-        return self._pool.apply(_train_here, (recipe, threads, compile_cache_to))
-
-    def __enter__(self) -> "LeanProcess":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if self._pool is None:
-            return
-        if exc_type is None:
-            self._pool.close()
-        else:
-            self._pool.terminate()
-        self._pool.join()
+def _train_and_send(send, recipe: Recipe, threads: int | None, compile_cache_to: str | None) -> None:
+    """The training process: train, send the result (or the exception train() let through) back, exit."""
+    _ignore_ctrl_c()
+    try:
+        answer = ("result", _train_here(recipe, threads, compile_cache_to))
+    except BaseException as e:  # noqa: BLE001 - the driver re-raises it, as a direct call would have
+        answer = ("error", e)
+    try:
+        send.send(answer)
+    except Exception as e:  # noqa: BLE001 - an exception that does not pickle: its text
+        send.send(("error", RuntimeError(f"{type(answer[1]).__name__}: {answer[1]} ({e})")))
+    send.close()
 
 
 def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
     """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock. With
     `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that file (the winner's is
-    exported beside best.yaml)."""
-    with LeanProcess() as process:
-        return process.train(recipe, threads, compile_cache_to)
+    exported beside best.yaml). Leaving by an exception (Ctrl-C included) terminates the process, whatever it
+    was doing; a process that dies without a result (killed, a crash in native code) raises RuntimeError."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_train_and_send, args=(send, recipe, threads, compile_cache_to),
+                              name="autospeed-train")  # not daemonic: a DataLoader's workers are its children
+    process.start()
+    send.close()  # only the child holds the sending end: its death ends recv() with EOFError
+    try:
+        try:
+            kind, value = receive.recv()
+        except EOFError:
+            process.join()
+            raise RuntimeError(f"the training process ended (exit code {process.exitcode}) without a result; "
+                               f"see its output above") from None
+        process.join()
+    except BaseException:
+        if process.is_alive():
+            process.terminate()
+            process.join()
+        raise
+    finally:
+        receive.close()
+    if kind == "error":
+        raise value
+    return value
