@@ -305,6 +305,24 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                  note="with KNOBS_ROUNDS=2")),
         gpu=True, note="no quick pass: it is a GPU session's whole battery"),
     Experiment(
+        "gpu_quick", "gpu_quick.py",
+        "the GPU checks in one prepared call of the device's 15 minutes (issue 44): pytest -m cuda, gpu.yaml's "
+        "baseline calibrated off its measured curve, a short search against it with the winner confirmed in 3 fresh "
+        "processes, the GPT's tokens/s and MFU, the winner's cold start with and without the compile cache; as much "
+        "as fits, each stage capped (gpu_checks.sh quick runs it on the device machine)",
+        runs=(_r("--out", f"{RESULTS}/gpu/quick", "--seconds", "545",
+                 writes=tuple(f"gpu/quick/{f}" for f in (
+                     "gpu_quick.md", "pytest_cuda.log", "calibrate_vision.md", "search_vision.md",
+                     "gpu_quick_best.yaml", "logs.tgz"))),
+              _r("--out", f"{RESULTS}/gpu/quick", "--seconds", "270", "--stages", "gpt", "cache", "--summary",
+                 "gpu_quick_2.md", writes=tuple(f"gpu/quick/{f}" for f in ("gpu_quick_2.md", "mfu_gpt.md",
+                                                                            "logs_2.tgz")),
+                 note="a second call on the same warm machine, with what was left of the session's device time; "
+                      "its logs.tgz is kept as logs_2.tgz (the name the script gives it since)")),
+        gpu=True, note="no quick pass: it is a GPU session's whole call (rehearse it with --device cpu)",
+        measures=(*SEARCH, "autospeed/workloads/", "search_spaces/gpu.yaml", "search_spaces/gpu_lm.yaml",
+                  "tests/train/test_cuda.py", "experiments/compile_cache.py")),
+    Experiment(
         "cold_start", "cold_start.py", "cold-process vs warm-process TTA of one recipe on CUDA (the export of "
         "gpu_checks' 20-trial search)",
         runs=(_r("--config", f"{RESULTS}/gpu/search20/best.yaml", "--repeats", "4",

@@ -24,7 +24,8 @@ which is rewritten whole after every stage (a call killed at its limit still bri
   cache      compile_cache.py on the winner (compiled here if it does not compile): first step and TTA in a
              fresh process on an empty inductor cache, with and without the exported compile cache
                                                                                   -> cold_start_cache_gpu.md
-Every stage's output is packed into OUT/logs.tgz. `--device cpu` is the rehearsal at tiny sizes (a ResNet
+Every stage's output is packed into OUT/logs.tgz (logs_2.tgz beside gpu_quick_2.md: --summary names a second
+call's summary, whose stages build on the first's files on the same machine). `--device cpu` is the rehearsal at tiny sizes (a ResNet
 of width 8, a 2-layer GPT), so the GPU minutes measure instead of debugging.
 """
 
@@ -358,7 +359,8 @@ def main() -> None:
             done[stage] = run_stage(a, stage, size, left)
         print(f"{time.perf_counter() - started:6.0f} s  {stage}: {done[stage]}", flush=True)
         summary(a, done, started)
-        with tarfile.open(Path(a.out) / "logs.tgz", "w:gz") as tar:
+        logs = f"logs{a.summary.removeprefix('gpu_quick').removesuffix('.md')}.tgz"  # gpu_quick_2.md: logs_2.tgz
+        with tarfile.open(Path(a.out) / logs, "w:gz") as tar:
             tar.add(a.work / "logs", arcname="logs")
 
 

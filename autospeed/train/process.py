@@ -43,11 +43,16 @@ def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | Non
     return result
 
 
-def _train_and_send(send, recipe: Recipe, threads: int | None, compile_cache_to: str | None) -> None:
-    """The training process: train, send the result (or the exception train() let through) back, exit."""
+def _run_and_send(send, fn, args) -> None:
+    """The fresh process: run fn(*args), send its value (or the exception it raised) back, exit."""
     _ignore_ctrl_c()
+    # A spawned process makes "spawn" its own default start method, so a DataLoader here would spawn its
+    # workers (a new interpreter importing torch, every epoch unless persistent) where `autospeed train` forks
+    # them: on an H100 the winner's confirmation runs read a third of its trial's samples/s. Back to the
+    # platform's default, as production has it.
+    multiprocessing.set_start_method(None, force=True)
     try:
-        answer = ("result", _train_here(recipe, threads, compile_cache_to))
+        answer = ("result", fn(*args))
     except BaseException as e:  # noqa: BLE001 - the driver re-raises it, as a direct call would have
         answer = ("error", e)
     try:
@@ -57,15 +62,14 @@ def _train_and_send(send, recipe: Recipe, threads: int | None, compile_cache_to:
     send.close()
 
 
-def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
-    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock. With
-    `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that file (the winner's is
-    exported beside best.yaml). Leaving by an exception (Ctrl-C included) terminates the process, whatever it
-    was doing; a process that dies without a result (killed, a crash in native code) raises RuntimeError."""
+def in_fresh_process(fn, *args):
+    """fn(*args) in a new (spawned, not daemonic) process; its value, or the exception it raised. Leaving by an
+    exception (Ctrl-C included) terminates the process, whatever it was doing; a process that dies without a
+    result (killed, a crash in native code) raises RuntimeError."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_train_and_send, args=(send, recipe, threads, compile_cache_to),
-                              name="autospeed-train")  # not daemonic: a DataLoader's workers are its children
+    # not daemonic: a DataLoader's workers are its children
+    process = context.Process(target=_run_and_send, args=(send, fn, args), name="autospeed-train")
     process.start()
     send.close()  # only the child holds the sending end: its death ends recv() with EOFError
     try:
@@ -86,3 +90,10 @@ def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to
     if kind == "error":
         raise value
     return value
+
+
+def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
+    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock. With
+    `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that file (the winner's is
+    exported beside best.yaml)."""
+    return in_fresh_process(_train_here, recipe, threads, compile_cache_to)
