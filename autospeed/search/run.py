@@ -98,7 +98,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     if is_script(spec.workload):  # the script runs to its first step: it starts, and reads every searched knob
         from autospeed.script.preflight import check_script_reads
 
-        check_script_reads(spec, space_path, console)
+        spec = check_script_reads(spec, space_path, console)  # the script's own defaults: the base of every run
     else:
         try:  # the dataset is prepared once per search, before any trial (cached on disk)
             workload = load_workload(spec.workload, spec.workload_options)
