@@ -162,14 +162,16 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     same command resumes to the end: every trial finished once, one MLflow child run per trial, a reached one
     with its tta_seconds. `autospeed export` then writes a recipe that names the script by its absolute path
     and its arguments, and `autospeed train` of it, alone or with --script, runs the script with them to the
-    target."""
+    target. The script opens its data by a path relative to the folder the search started from: the preflight,
+    the trials (whose processes Ray moves into trial folders) and `autospeed train` all run it there."""
     uri = new_store(tmp_path)
     space = _space(tmp_path, "killed", trials=TRIALS)
     gate = tmp_path / "gate"
     gate.mkdir()
     observe = tmp_path / "observe.jsonl"  # each script process appends a line per optimizer step
     args = _search(tmp_path, uri, space, "--script", tiny_script.name, "--resume")
-    script_args = ["--", "--gate", str(gate), "--observe", str(observe)]
+    (tmp_path / "data.txt").write_text("the script's data")  # opened by a relative path, in every run of it
+    script_args = ["--", "--gate", str(gate), "--observe", str(observe), "--relative-file", "data.txt"]
 
     search = start_cli(*args, *script_args, cwd=tmp_path, env=cli_env())
 

@@ -163,3 +163,72 @@ def test_a_kept_autocast_object_is_entered_again_and_again():
     for _ in range(3):
         with fwd:
             assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
+# ---------------------------------------------------------------- the script as written is the baseline
+OWN_SCRIPT = '''
+import json, torch, autospeed
+from torch import nn
+ctx = autospeed.init(defaults={"batch_size": 16, "lr": 0.3, "epochs": 2, "eval_every_epochs": 1, "seed": 7,
+                               "target_accuracy": 0.5})
+with open("seen.jsonl", "a") as f:  # a relative path: the script's working directory
+    f.write(json.dumps({"batch_size": ctx.config.batch_size, "lr": ctx.lr(), "schedule": ctx.config.schedule,
+                        "target": ctx.recipe.resolved_target.value}) + "\\n")
+model = nn.Linear(4, 2)
+opt = ctx.optimizer(torch.optim.SGD, model.parameters(), lr=ctx.lr())
+x, y = torch.randn(16, 4), torch.zeros(16, dtype=torch.long)
+for _ in range(3):  # its own loop and batches: no ctx.steps
+    ctx.backward(nn.functional.cross_entropy(model(x), y))
+    ctx.step(opt)
+'''
+
+
+def test_a_searched_baseline_is_the_scripts_own_defaults_and_runs_where_the_search_started(tmp_path, monkeypatch):
+    """A space file that names no baseline knob: the preflight runs the script with its own defaults under the
+    file's target, and the baseline is exactly those defaults (the script's schedule and optimizer its own); a
+    trial changes only what the space searches. Every run of the script starts in the folder the search
+    started from, wherever the process that runs it stands (a Ray trial's is its trial folder), so its
+    relative paths hold."""
+    from autospeed.script.preflight import check_script_reads
+    from autospeed.space import SearchSpec, spec_from_dict
+    from autospeed.train.trainer import train
+    import io
+    import json
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(OWN_SCRIPT)
+    monkeypatch.chdir(work)
+    spec = spec_from_dict({"name": "own", "workload": "script", "workload_options": {"script": "train.py"},
+                           "target_accuracy": 0.9, "budget": {"max_train_seconds": 20},
+                           "space": {"lr": {"loguniform": [0.01, 1.0]}}}, "space.yaml")
+    searched = check_script_reads(spec, "space.yaml", console=io.StringIO())
+    searched = SearchSpec.model_validate_json(searched.model_dump_json())  # as a Ray trial receives it
+    baseline = searched.recipe_for({}, baseline=True)
+    own = {"batch_size": 16, "lr": 0.3, "epochs": 2, "eval_every_epochs": 1, "seed": 7, "schedule": "script",
+           "optimizer": "script"}
+    assert {k: getattr(baseline, k) for k in own} == own
+    assert baseline.resolved_target.value == 0.9 and baseline.max_train_seconds == 20  # the file's
+    trial = searched.recipe_for({"lr": 0.05})
+    assert {k: getattr(trial, k) for k in own} == {**own, "lr": 0.05}
+    assert json.loads((work / "seen.jsonl").read_text()) == {"batch_size": 16, "lr": 0.3, "schedule": "script",
+                                                             "target": 0.9}  # the preflight ran the script's own
+    assert searched.script_workdir == str(work)
+
+    elsewhere = tmp_path / "trial_folder"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # where Ray puts a trial's process
+    monkeypatch.setenv(channel.WORKDIR, searched.script_workdir)  # as the trial sets it from the spec
+    result = train(trial.model_copy(update={"device": "cpu"}))
+    assert result.status.value == "not_reached" and result.steps == 3, result.error
+    assert json.loads((work / "seen.jsonl").read_text().splitlines()[-1])["lr"] == 0.05
+    assert not (elsewhere / "seen.jsonl").exists()
+
+
+def test_a_space_file_cannot_set_what_the_preflight_reads_from_the_script():
+    from autospeed.errors import UserError
+    from autospeed.space import spec_from_dict
+
+    with pytest.raises(UserError, match="space.yaml: key 'script_defaults': not a file key"):
+        spec_from_dict({"name": "x", "target_accuracy": 0.9, "script_defaults": {"lr": 1}, "space": {}},
+                       "space.yaml")
