@@ -212,6 +212,8 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     reached = [t for t in done if t.data.tags["autospeed.status"] == "reached"]
     assert reached and all(t.data.metrics["tta_seconds"] > 0 for t in reached)
     assert len(_observed_pids(observe)) == TRIALS  # the arguments reached each trial's script
+    # the script's own schedule and optimizer (its defaults name neither): the leaderboard says whose they are
+    assert "schedule=script" in resumed.stdout and "optimizer=script" in resumed.stdout, resumed.stdout[-3000:]
     assert not _script_processes(tiny_script)
 
     exported = autospeed("export", "--name", "killed", "--out", "best.yaml", "--tracking-uri", uri, cwd=tmp_path,
@@ -220,6 +222,7 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     recipe = yaml.safe_load((tmp_path / "best.yaml").read_text())
     assert recipe["workload"] == "script"
     assert recipe["workload_options"] == {"script": str(tiny_script), "args": script_args[1:]}
+    assert (recipe["schedule"], recipe["optimizer"], recipe["max_train_seconds"]) == ("script", "script", 10)
     # the recipe alone, then with the script named again (its arguments still the recipe's)
     for extra in ([], ["--script", tiny_script.name]):
         before = _observed_pids(observe)
