@@ -184,6 +184,15 @@ class Recipe(_Strict):
 
     measured: Measured | None = None  # written by `autospeed export`; ignored by training
 
+    @model_validator(mode="before")
+    @classmethod
+    def _script_keeps_its_own(cls, data: Any) -> Any:
+        """A user's script keeps its own LR schedule and optimizer unless the recipe names others (DESIGN.md
+        round 4: the script as written is the baseline)."""
+        if isinstance(data, dict) and data.get("workload") == SCRIPT_WORKLOAD:
+            return {"schedule": "script", "optimizer": "script", **data}
+        return data
+
     @field_validator("micro_batch_size", mode="before")
     @classmethod
     def _micro_batch(cls, value: Any) -> Any:
