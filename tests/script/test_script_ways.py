@@ -7,6 +7,7 @@ In-process contexts on the CPU, on a few parameters: each test costs millisecond
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -232,3 +233,26 @@ def test_a_space_file_cannot_set_what_the_preflight_reads_from_the_script():
     with pytest.raises(UserError, match="space.yaml: key 'script_defaults': not a file key"):
         spec_from_dict({"name": "x", "target_accuracy": 0.9, "script_defaults": {"lr": 1}, "space": {}},
                        "space.yaml")
+
+
+def test_step_with_batches_from_a_function_or_inside_accumulate():
+    """`ctx.steps(get_batch)` (a function, endless) and `with ctx.accumulate(model):` (batches from anywhere):
+    each is one micro-batch, and ctx.step steps on every accumulation_steps-th."""
+    g = torch.Generator().manual_seed(0)
+
+    def get_batch():
+        return torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+
+    for shape in ("steps", "accumulate"):
+        ctx = script_context(accumulation_steps=2)
+        model = nn.Linear(4, 1)
+        opt = ctx.optimizer(torch.optim.SGD, model.parameters(), lr=0.1)
+        stepped = []
+        batches = ctx.steps(get_batch) if shape == "steps" else (get_batch() for _ in range(6))
+        for i, (x, y) in enumerate(batches):
+            with ctx.accumulate(model) if shape == "accumulate" else contextlib.nullcontext():
+                ctx.backward(nn.functional.mse_loss(model(x), y))
+            stepped.append(ctx.step())  # no arguments: the optimizer the context adopted
+            if i == 5:
+                break
+        assert stepped == [False, True] * 3 and ctx.step_count == 3, shape
