@@ -64,7 +64,7 @@ class Context(Stepping, Reporting):
 
     def __init__(self, recipe: Recipe, micro_batch: int | None = None, side: channel.ScriptSide | None = None,
                  clock_offset: float = 0.0, preflight: bool = False, alone: bool = False,
-                 script_defaults: dict[str, Any] | None = None):
+                 script_defaults: dict[str, Any] | None = None, explicit: set[str] | None = None):
         self.wall_start = time.perf_counter()
         self._before_entry, self._origin = wall_clock_origin()
         if channel.WALL_BEFORE in os.environ:  # run by autospeed: count from its origin, the script's start-up inside
@@ -75,6 +75,9 @@ class Context(Stepping, Reporting):
         # run alone (no autospeed around it): the script's own target and budget only, no stop on NaN
         self.alone = alone
         self.script_defaults = dict(script_defaults or {})  # what the script gave autospeed.init, its own ways
+        # the recipe keys someone set (the script's defaults, the search's layers); None: all (a trial's recipe).
+        # A key no one set is the script's own where it has one (its DataLoader's batch size in ctx.prepare)
+        self._explicit = explicit
         self._has_target = not alone or any(k in self.script_defaults for k in _TARGET_KEYS)
         self._has_budget = not alone or "max_train_seconds" in self.script_defaults
         micro = micro_batch_size(recipe) if micro_batch is None else micro_batch
@@ -151,15 +154,27 @@ class Context(Stepping, Reporting):
             elif isinstance(obj, torch.optim.Optimizer):
                 out.append(self.optimizer(obj))
             elif isinstance(obj, torch.utils.data.DataLoader):
-                shuffled = isinstance(obj.sampler, torch.utils.data.RandomSampler)
-                out.append(self.dataloader(obj.dataset, drop_last=obj.drop_last, collate_fn=obj.collate_fn)
-                           if shuffled else obj)
+                out.append(self._adopt_loader(obj))
             elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
                 out.append(self.scheduler(obj.optimizer, own=obj))
             else:
                 raise TypeError(f"autospeed: ctx.prepare() takes modules, optimizers, DataLoaders and LR "
                                 f"schedulers, got {type(obj).__name__}")
         return out[0] if len(out) == 1 else tuple(out)
+
+    def _adopt_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        """A shuffled loader (training) rebuilt with the loader knobs on its dataset, its collate_fn kept, at the
+        recipe's batch size, or its own where no one set one (then its own is a default of the script's, the base
+        of a search); an unshuffled one (evaluation) as it is."""
+        if not isinstance(loader.sampler, torch.utils.data.RandomSampler):
+            return loader
+        own = loader.batch_size
+        self.script_defaults.setdefault("batch_size", own)
+        size = None if self._explicit is None or "batch_size" in self._explicit else own
+        if size is not None:  # the samples an optimizer step sees, at the loader's own batch size
+            self._effective = own * self._trained.accumulation_steps * (self.replicas.world_size if self.replicas else 1)
+        return self.dataloader(loader.dataset, drop_last=loader.drop_last, batch_size=size,
+                               collate_fn=loader.collate_fn)
 
     def dataloader(self, dataset, shuffle: bool = True, drop_last: bool | None = None, batch_size: int | None = None,
                    **kwargs) -> torch.utils.data.DataLoader:
@@ -363,9 +378,10 @@ def init(defaults: dict[str, Any] | None = None) -> Context:
     given = {**SCRIPT_OWN, **(defaults or {})}
     try:
         if channel.LAYERS in os.environ:  # the search's preflight: the script's defaults under the space's layers
-            recipe = script_recipe(defaults or {}, json.loads(os.environ[channel.LAYERS]))
+            layers = json.loads(os.environ[channel.LAYERS])
+            recipe = script_recipe(defaults or {}, layers)
             return Context(recipe, None, side, preflight=bool(os.environ.get(channel.PREFLIGHT)),
-                           script_defaults=given)
+                           script_defaults=given, explicit={*given, *layers})
         if channel.RECIPE in os.environ:
             recipe = Recipe.model_validate_json(os.environ[channel.RECIPE])
             micro = int(os.environ.get(channel.MICRO_BATCH) or micro_batch_size(recipe))
@@ -374,4 +390,4 @@ def init(defaults: dict[str, Any] | None = None) -> Context:
         recipe = script_recipe(defaults or {})
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
-    return Context(recipe, alone=True, script_defaults=given)
+    return Context(recipe, alone=True, script_defaults=given, explicit=set(given))

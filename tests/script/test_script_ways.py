@@ -256,3 +256,18 @@ def test_step_with_batches_from_a_function_or_inside_accumulate():
             if i == 5:
                 break
         assert stepped == [False, True] * 3 and ctx.step_count == 3, shape
+
+
+def test_prepare_keeps_the_scripts_loader_batch_size_unless_someone_set_one():
+    """ctx.prepare(loader) on a script whose defaults name no batch_size: run alone, its loader's own batch size
+    (nothing of the script's silently replaced), which becomes a default of the script's (a search's base);
+    under a recipe that sets one (a trial), the recipe's. An evaluation loader (unshuffled) comes back as is."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train, val = DataLoader(data, batch_size=8, shuffle=True), DataLoader(data, batch_size=32)
+    alone = autospeed.init(defaults={"lr": 0.1})
+    loader, same = alone.prepare(train, val)
+    assert loader.batch_size == 8 and alone.script_defaults["batch_size"] == 8 and same is val
+    trial = script_context(batch_size=4)
+    assert trial.prepare(train).batch_size == 4
