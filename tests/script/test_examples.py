@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from autospeed.train import script_channel as channel
 
@@ -23,6 +24,7 @@ def _run_alone(script: Path, args: tuple[str, ...], monkeypatch, capsys) -> str:
     for key in channel.ENV_KEYS:  # no autospeed around it
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setattr(sys, "argv", [str(script), *args])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU's deterministic kernels, anywhere
     capsys.readouterr()
     runpy.run_path(str(script), run_name="__main__")
     return capsys.readouterr().out
