@@ -24,10 +24,11 @@ max_iters = 200
 eval_interval = 20
 grad_accum = 2
 grad_clip = 1.0
-dtype = "float16" if torch.cuda.is_available() else "float32"
+device = "cuda" if torch.cuda.is_available() else "cpu"
+dtype = "float16" if device == "cuda" else "float32"
 for arg in sys.argv[1:]:
     key, value = arg.removeprefix("--").split("=")
-    globals()[key] = type(globals()[key])(value)
+    globals()[key] = type(globals()[key])(value)  # e.g. --device=cpu --max_iters=20
 ctx = autospeed.init(defaults=dict(batch_size=batch_size, lr=learning_rate, accumulation_steps=grad_accum, seed=1337,
                                    precision="fp16" if dtype == "float16" else "fp32"))
 learning_rate, batch_size, grad_accum = ctx.lr(), ctx.config.batch_size, ctx.config.accumulation_steps
@@ -55,7 +56,6 @@ class TinyLM(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
 
-device = "cuda" if torch.cuda.is_available() else "cpu"
 pattern = torch.randint(0, 256, (64,))
 data = pattern.repeat(400)
 data = torch.where(torch.rand(data.shape) < 0.05, torch.randint(0, 256, data.shape), data)
