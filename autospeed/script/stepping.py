@@ -82,6 +82,8 @@ class Stepping:
         per_epoch = max(1, len(source) // k)
         if self.steps_per_epoch is None or source is not self._train_loader:
             self.steps_per_epoch = per_epoch
+        self._total_steps_or_none()  # epochs and the evaluation cadence are read here, before the first step
+        self._eval_every_steps()
         sampler = getattr(source, "sampler", None)
         for _ in itertools.count() if epochs is None else range(epochs):
             if hasattr(sampler, "set_epoch"):

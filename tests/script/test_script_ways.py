@@ -271,3 +271,14 @@ def test_prepare_keeps_the_scripts_loader_batch_size_unless_someone_set_one():
     assert loader.batch_size == 8 and alone.script_defaults["batch_size"] == 8 and same is val
     trial = script_context(batch_size=4)
     assert trial.prepare(train).batch_size == 4
+
+
+def test_a_loop_over_ctx_steps_reads_epochs_and_the_evaluation_cadence_before_its_first_step():
+    """The preflight asks which knobs the script read by its first optimizer step: a loop over ctx.steps(loader)
+    has read epochs and the evaluation cadence by then, so a space may search them."""
+    from torch.utils.data import TensorDataset
+
+    ctx = script_context(batch_size=8)
+    loader = ctx.dataloader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)))
+    next(iter(ctx.steps(loader)))
+    assert {"epochs", "eval_every_epochs", "eval_every_steps", "accumulation_steps"} <= ctx.read
