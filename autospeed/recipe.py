@@ -124,6 +124,9 @@ class Measured(_Strict):
     # `autospeed train` loads it before compiling (autospeed.train.compile_cache); absent for a recipe that does
     # not compile or was not confirmed
     compile_cache: str | None = None
+    # a user's script (workload: script): the knobs of this recipe that are the script's own, its
+    # autospeed.init(defaults=...) kept as they were (its own schedule and optimizer among them, `script`)
+    script_own: list[str] | None = None
 
 
 class Recipe(_Strict):

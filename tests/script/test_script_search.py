@@ -223,6 +223,7 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     assert recipe["workload"] == "script"
     assert recipe["workload_options"] == {"script": str(tiny_script), "args": script_args[1:]}
     assert (recipe["schedule"], recipe["optimizer"], recipe["max_train_seconds"]) == ("script", "script", 10)
+    assert {"schedule", "optimizer", "epochs", "eval_every_epochs"} <= set(recipe["measured"]["script_own"])
     # the recipe alone, then with the script named again (its arguments still the recipe's)
     for extra in ([], ["--script", tiny_script.name]):
         before = _observed_pids(observe)
