@@ -206,15 +206,17 @@ class Context(Stepping, Reporting):
             self.steps_per_epoch = max(1, len(loader) // self.config.accumulation_steps)
         return loader
 
-    def prepare_model(self, model: torch.nn.Module, autocast: bool = True) -> torch.nn.Module:
+    def prepare_model(self, model: torch.nn.Module, autocast: bool = True, fp32_outputs: bool = True
+                      ) -> torch.nn.Module:
         """Train with what this returns: `model` with the knobs applied (activation checkpointing on
         `model.checkpoint_blocks`, channels_last, DDP over data-parallel workers, torch.compile) and, unless
         `autocast=False`, its forward run in `ctx.autocast()` with floating outputs returned in fp32 (as
-        Accelerate's prepare does). `model` itself is moved in place and stays the eager module (also
-        `ctx.module`): evaluate, average (EMA/SWA) and save it."""
+        Accelerate's prepare does; `fp32_outputs=False`: as autocast left them, no fp32 copy of a large model's
+        logits). `model` itself is moved in place and stays the eager module (also `ctx.module`): evaluate,
+        average (EMA/SWA) and save it."""
         train_model, self.module = prepare_module(model, self.config, self.device, self.applied, self.replicas)
         self._train_model = train_model
-        return InForwardContext(train_model, self.autocast) if autocast else train_model
+        return InForwardContext(train_model, self.autocast, fp32_outputs) if autocast else train_model
 
     def lr(self, base: float | None = None) -> float:
         """The peak LR: the recipe's `lr` (None), or your `base` LR; either scaled to the effective batch by

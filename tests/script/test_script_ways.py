@@ -282,3 +282,13 @@ def test_a_loop_over_ctx_steps_reads_epochs_and_the_evaluation_cadence_before_it
     loader = ctx.dataloader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)))
     next(iter(ctx.steps(loader)))
     assert {"epochs", "eval_every_epochs", "eval_every_steps", "accumulation_steps"} <= ctx.read
+
+
+def test_prepare_model_gives_fp32_outputs_unless_asked_to_leave_them_as_autocast_made_them():
+    """bf16: the prepared model's outputs come back in fp32 (Accelerate's default), or, with
+    fp32_outputs=False, in bf16 (no fp32 copy of a large model's logits)."""
+    x = torch.randn(2, 4)
+    for fp32_outputs, dtype in ((True, torch.float32), (False, torch.bfloat16)):
+        ctx = script_context(precision="bf16")
+        net = ctx.prepare_model(nn.Linear(4, 3), fp32_outputs=fp32_outputs)
+        assert net(x).dtype == dtype
