@@ -18,6 +18,7 @@ from autospeed.validation import offered_metrics_note, raise_user_error
 from autospeed.yamlio import dump_yaml, load_yaml
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+SCRIPT_WORKLOAD = "script"  # autospeed.train.script_options.SCRIPT: a user's own training script
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
@@ -123,6 +124,9 @@ class Measured(_Strict):
     # `autospeed train` loads it before compiling (autospeed.train.compile_cache); absent for a recipe that does
     # not compile or was not confirmed
     compile_cache: str | None = None
+    # a user's script (workload: script): the knobs of this recipe that are the script's own, its
+    # autospeed.init(defaults=...) kept as they were (its own schedule and optimizer among them, `script`)
+    script_own: list[str] | None = None
 
 
 class Recipe(_Strict):
@@ -137,6 +141,9 @@ class Recipe(_Strict):
     max_train_seconds: float = Field(60.0, gt=0)  # budget on the train clock
     epochs: float = Field(10.0, gt=0)  # schedule length; the run also ends here
     eval_every_epochs: float = Field(0.5, gt=0)
+    # a user's script (workload: script) only: evaluate every this many optimizer steps instead (an iteration
+    # loop's `eval_interval`); None: every eval_every_epochs
+    eval_every_steps: int | None = Field(None, ge=1)
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
@@ -150,12 +157,15 @@ class Recipe(_Strict):
     # micro-batch of ONE worker: an optimizer step sees workers x batch_size x accumulation_steps samples.
     workers: int = Field(1, ge=1)
     # muon: torch.optim.Muon on the 2-D hidden weights, AdamW on the rest (optimizers.py)
-    optimizer: Literal["sgd", "adamw", "muon"] = "sgd"
+    # script (workload: script only): the optimizer the script builds itself, with its own arguments
+    optimizer: Literal["sgd", "adamw", "muon", "script"] = "sgd"
     optimizer_impl: Literal["default", "foreach", "fused"] = "default"  # torch's implementations
     lr: float = Field(0.05, gt=0)  # peak learning rate
     momentum: float = Field(0.9, ge=0, lt=1)  # SGD momentum (Nesterov), AdamW beta1
     weight_decay: float = Field(5e-4, ge=0)
-    schedule: Literal["constant", "cosine", "onecycle", "linear", "wsd"] = "constant"
+    # script (workload: script only): the script's own LR schedule (its scheduler or LR function), `lr`
+    # scaling its peak (autospeed.script: ctx.scheduler(own=...), ctx.lr_at)
+    schedule: Literal["constant", "cosine", "onecycle", "linear", "wsd", "script"] = "constant"
     warmup_fraction: float = Field(0.0, ge=0, lt=1)  # of all steps; onecycle ignores it
     # wsd (warmup-stable-decay): the LR falls linearly to 0 over this last fraction of the steps; before it, the
     # LR does not depend on the schedule's length (what a long job's trial needs: DESIGN.md "Long jobs")
@@ -177,6 +187,15 @@ class Recipe(_Strict):
 
     measured: Measured | None = None  # written by `autospeed export`; ignored by training
 
+    @model_validator(mode="before")
+    @classmethod
+    def _script_keeps_its_own(cls, data: Any) -> Any:
+        """A user's script keeps its own LR schedule and optimizer unless the recipe names others (DESIGN.md
+        round 4: the script as written is the baseline)."""
+        if isinstance(data, dict) and data.get("workload") == SCRIPT_WORKLOAD:
+            return {"schedule": "script", "optimizer": "script", **data}
+        return data
+
     @field_validator("micro_batch_size", mode="before")
     @classmethod
     def _micro_batch(cls, value: Any) -> Any:
@@ -189,6 +208,13 @@ class Recipe(_Strict):
         if self.target is not None and self.target_accuracy is not None:
             raise ValueError("give either target_accuracy or target, not both; target_accuracy: x is short for "
                              "target: {metric: val_accuracy, mode: max, value: x}")
+        if self.workload != SCRIPT_WORKLOAD:
+            for key, value in (("schedule", self.schedule), ("optimizer", self.optimizer)):
+                if value == "script":
+                    raise ValueError(f"{key} 'script' keeps a user script's own {key} (workload: script); this "
+                                     f"recipe trains workload {self.workload!r}: pick another {key}")
+            if self.eval_every_steps is not None:
+                raise ValueError("eval_every_steps is for a user's script (workload: script); use eval_every_epochs")
         if self.eval_every_epochs > self.epochs:
             raise ValueError(
                 f"eval_every_epochs ({self.eval_every_epochs}) must be <= epochs ({self.epochs}); lower it"

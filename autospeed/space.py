@@ -195,6 +195,12 @@ class SearchSpec(_Strict):
     fixed: dict[str, Any] = Field(default_factory=dict)
     space: dict[str, Param]
     max_consecutive_errors: int = Field(5, ge=1)  # same error this many trials in a row stops the search
+    # Not a file key: the search's preflight fills it (autospeed.script.preflight) with what a user's script gave
+    # `autospeed.init(defaults=...)`, its own ways included (schedule and optimizer `script`): the base of the
+    # baseline and of every trial, under the file's layers. And the folder the search started from, where every
+    # run of the script starts (a Ray trial's own folder is elsewhere).
+    script_defaults: dict[str, Any] = Field(default_factory=dict)
+    script_workdir: str | None = None
 
     @model_validator(mode="after")
     def _one_target(self) -> "SearchSpec":
@@ -209,9 +215,12 @@ class SearchSpec(_Strict):
 
     # ---- recipes ----
     def base(self) -> dict[str, Any]:
+        """The layer under `fixed`: a script's own defaults (its knobs only: the file sets the target, the budget
+        and the workers), then the file's workload, target, budget and workers."""
         target = ({"target": self.target.model_dump()} if self.target is not None
                   else {"target_accuracy": self.target_accuracy})
-        return {"workload": self.workload, "workload_options": self.workload_options, **target,
+        own = {k: v for k, v in self.script_defaults.items() if k in SEARCHABLE and k != "workers"}
+        return {**own, "workload": self.workload, "workload_options": self.workload_options, **target,
                 "max_train_seconds": self.budget.max_train_seconds, "workers": self.resources.workers_per_trial}
 
     def most_workers(self) -> tuple[int, str]:
@@ -345,6 +354,11 @@ def _validate_recipe(source: str, where: str, fields: dict[str, Any],
 def spec_from_dict(data: Any, source: str) -> SearchSpec:
     if not isinstance(data, dict):
         raise UserError(f"{source}: a search-space file must be a mapping, got {type(data).__name__}")
+    for key in ("script_defaults", "script_workdir"):
+        if key in data:
+            raise UserError(f"{source}: key '{key}': not a file key (the search reads it from the script itself); "
+                            f"set a knob of the baseline and every trial under fixed:, or give it in the "
+                            f"script's autospeed.init(defaults=...)")
     try:
         spec = SearchSpec.model_validate(data)
     except pydantic.ValidationError as e:
@@ -382,6 +396,8 @@ def with_script(spec: SearchSpec, script: str | None, args: list[str]) -> Search
         return spec
     from autospeed.train.script_options import SCRIPT, script_options
 
-    options = {**(spec.workload_options if is_script(spec.workload) else {}), **script_options(script, args)}
+    # nothing after --: the file's own arguments stand, as `autospeed train --script` keeps the recipe's
+    mine = spec.workload_options if is_script(spec.workload) else {}
+    options = {**mine, **script_options(script, args or mine.get("args", []))}
     check_script_options(options, "--script")
     return spec.model_copy(update={"workload": SCRIPT, "workload_options": options})

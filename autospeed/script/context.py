@@ -2,97 +2,69 @@
 
 Run by autospeed (a trial, a confirmation run, `autospeed train --script`), the context holds the
 run's recipe and reports to the runner (autospeed.train.script_channel); run on its own, it holds the
-script's `defaults` and the script trains as plain PyTorch. Every helper applies the knobs exactly as
-the built-in trainer does, through the same code (autospeed.train.setup, .step, .data, .optimizers):
+script's `defaults` and the script trains as plain PyTorch: no target and no budget unless the defaults
+name them. Under a search the script's `defaults` are the base of the baseline and of every trial
+(autospeed.script.preflight captures them), and each knob keeps the script's own way unless the space
+searches it: `schedule: script` (its scheduler or LR function), `optimizer: script` (its own optimizer).
+Every helper applies the knobs exactly as the built-in trainer does, through the same code
+(autospeed.train.setup, .step, .data, .optimizers); names follow Accelerate's where the job is the same:
 
-    loader = ctx.dataloader(train_ds)              # batch_size (the micro-batch), loader workers, pin, prefetch
-    model = ctx.prepare_model(model)               # device, channels_last, DDP, torch.compile; ctx.module: eager
-    opt = ctx.optimizer(torch.optim.AdamW, model.parameters(), lr=ctx.lr(3e-4))   # optimizer_impl, lr_scaling
-    sched = ctx.scheduler(opt)                     # schedule, warmup_fraction, decay_fraction
+    model, opt, loader, sched = ctx.prepare(model, opt, loader, sched)  # Accelerate's prepare: the knobs
     for batch in ctx.steps(loader):                # epochs; starts the train clock; accumulation boundaries
-        with ctx.autocast():                       # precision, attention
+        with ctx.autocast():                       # precision, attention (one reusable object)
             loss = my_loss(model, batch)
         ctx.backward(loss)                         # fp16 scaler, mean over micro-batches, DDP no_sync
-        if ctx.boundary:
-            ctx.step(opt, sched)
-        if ctx.should_eval():                      # eval_every_epochs, and at the budget's or schedule's end
+        ctx.clip_grad_norm_(model.parameters(), 1.0)   # fp16 gradients unscaled first
+        ctx.step()                                 # at a step's last micro-batch: optimizer, zero_grad, scheduler
+        if ctx.should_eval():                      # eval_every_steps / eval_every_epochs, and at the end
             with ctx.paused():                     # off the train clock
                 acc = evaluate(ctx.module)
             if ctx.report(val_accuracy=acc).stop:  # target met, out of budget, or the search stopped it
                 break
 
-Timing is the trainer's (DESIGN.md "What is timed"): the train clock runs from a batch of `ctx.steps`
-until `ctx.paused()` or `ctx.report()`, and starts again at the next batch; compile and warm-up are
-in the first step. Every knob read through `ctx.config` or a helper is recorded: a searched knob the
-script never reads stops the search before it spends its budget (autospeed.train.script_run).
+The stepping (micro-batches from any source, backward, clipping, the step, the evaluation cadence) is
+autospeed.script.stepping; the clock, `report` and the run's result are autospeed.script.reporting. Every
+knob read through `ctx.config` or a helper is recorded: a searched knob the script never reads stops the
+search before it spends its budget (autospeed.script.preflight).
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import itertools
 import json
-import math
 import os
-import sys
 import time
-from dataclasses import asdict
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable
 
 import torch
 
-from autospeed.outcome import Status, objective
+from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.script.knob_view import NOT_READ, KnobView
-from autospeed.script.process import (
-    device_for,
-    die_with_parent,
-    join_process_group,
-    watch_for_crash,
-)
+from autospeed.script.knob_view import KnobView
+from autospeed.script.process import device_for, die_with_parent, join_process_group, watch_for_crash
+from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
+from autospeed.script.stepping import Stepping
 from autospeed.train import script_channel as channel
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
-from autospeed.train.data import dataset_length, make_loader, to_device
-from autospeed.train.environment import PeakMemory, environment
-from autospeed.train.evaluate import better, is_oom
+from autospeed.train.data import dataset_length, make_loader
+from autospeed.train.environment import PeakMemory
 from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
-from autospeed.train.result import (
-    EvalEvent,
-    TrainResult,
-    process_age_seconds,
-    wall_clock_origin,
-)
+from autospeed.train.result import process_age_seconds, wall_clock_origin
 from autospeed.train.script_options import SCRIPT
-from autospeed.train.setup import (
-    CHECKED_KNOBS,
-    _SdpaWatch,
-    autocast_dtype,
-    not_applied,
-    prepare_module,
-    set_backend_knobs,
-)
-from autospeed.train.step import Clock, InForwardContext, Stepper, forward_context
+from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
+from autospeed.train.step import Clock, InForwardContext
+
+# A script's own way for each knob it does not give: its own LR schedule and its own optimizer
+SCRIPT_OWN = {"schedule": "script", "optimizer": "script"}
+_TARGET_KEYS = ("target", "target_accuracy")
 
 
-class Report(NamedTuple):
-    """What `ctx.report()` says: stop (and why: reached, budget, schedule, stopped, diverged) or go on."""
-
-    stop: bool
-    reason: str = ""
-
-
-def _metric_mode(name: str) -> str:
-    """The direction of a reported metric other than the target's: lower is better for losses and errors."""
-    lowered = name.lower()
-    return "min" if any(w in lowered for w in ("loss", "error", "perplexity", "ppl", "mse", "mae")) else "max"
-
-
-class Context:
+class Context(Stepping, Reporting):
     """One run of a user's loop (module docstring). Build it with `autospeed.init`."""
 
     def __init__(self, recipe: Recipe, micro_batch: int | None = None, side: channel.ScriptSide | None = None,
-                 clock_offset: float = 0.0, preflight: bool = False):
+                 clock_offset: float = 0.0, preflight: bool = False, alone: bool = False,
+                 script_defaults: dict[str, Any] | None = None, explicit: set[str] | None = None):
         self.wall_start = time.perf_counter()
         self._before_entry, self._origin = wall_clock_origin()
         if channel.WALL_BEFORE in os.environ:  # run by autospeed: count from its origin, the script's start-up inside
@@ -100,6 +72,14 @@ class Context:
             self._before_entry = float(os.environ[channel.WALL_BEFORE]) + age
             self._origin = os.environ.get(channel.WALL_ORIGIN, self._origin)
         self.recipe = recipe  # as the run was asked for (micro_batch_size and lr_scaling not resolved)
+        # run alone (no autospeed around it): the script's own target and budget only, no stop on NaN
+        self.alone = alone
+        self.script_defaults = dict(script_defaults or {})  # what the script gave autospeed.init, its own ways
+        # the recipe keys someone set (the script's defaults, the search's layers); None: all (a trial's recipe).
+        # A key no one set is the script's own where it has one (its DataLoader's batch size in ctx.prepare)
+        self._explicit = explicit
+        self._has_target = not alone or any(k in self.script_defaults for k in _TARGET_KEYS)
+        self._has_budget = not alone or "max_train_seconds" in self.script_defaults
         micro = micro_batch_size(recipe) if micro_batch is None else micro_batch
         self._trained = as_trained(recipe, micro)
         self._effective = effective_batch(recipe)  # samples per optimizer step, all workers
@@ -128,8 +108,13 @@ class Context:
         self.boundary = False  # True after the micro-batch that completes an optimizer step's batch
         self.step_count = self.samples = self.evaluations = 0
         self.steps_per_epoch: int | None = None
-        self._train_loader = self._train_model = self._forward = self._stepper = None
+        self._train_loader = self._train_model = self._forward = self._stepper = self._lr_curve = None
+        self._source: str | None = None  # where micro-batches are counted (stepping.LOADER, ACCUMULATE, BACKWARD)
+        self._optimizers: list[torch.optim.Optimizer] = []  # every optimizer the context knows (clipping, step)
+        self._schedulers: list[Any] = []  # the schedulers ctx.prepare / ctx.scheduler built or kept
+        self._unscaled: set[int] = set()  # optimizers whose fp16 gradients this step are unscaled already
         self._micro = self._epochs_started = 0
+        self._paused = False
         self._eval_checked_at = -1
         self._since_eval = {"steps": 0, "samples": 0, "clock": clock_offset}
         self.best_metrics: dict[str, float] = {}
@@ -139,7 +124,7 @@ class Context:
         self._wall_at_target: float | None = None
         self._eval_failed = False
         self.finished = False
-        self.result: TrainResult | None = None
+        self.result = None
         if side is not None:
             die_with_parent()
             watch_for_crash(self)
@@ -156,6 +141,41 @@ class Context:
         return self.rank == 0
 
     # ---- building the run ----
+    def prepare(self, *objects):
+        """Accelerate's `prepare`: each object with its knobs, in the order given (one object: it alone). A
+        module: `prepare_model`; an optimizer: `optimizer(opt)` (adopted); a shuffled DataLoader: rebuilt by
+        `dataloader` on its dataset (its collate_fn kept; a loader that does not shuffle, for evaluation, is
+        returned as is); an LR scheduler: `scheduler(its optimizer, own=it)`. `ctx.step()` then steps the
+        adopted optimizers and schedulers."""
+        out = []
+        for obj in objects:
+            if isinstance(obj, torch.nn.Module):
+                out.append(self.prepare_model(obj))
+            elif isinstance(obj, torch.optim.Optimizer):
+                out.append(self.optimizer(obj))
+            elif isinstance(obj, torch.utils.data.DataLoader):
+                out.append(self._adopt_loader(obj))
+            elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+                out.append(self.scheduler(obj.optimizer, own=obj))
+            else:
+                raise TypeError(f"autospeed: ctx.prepare() takes modules, optimizers, DataLoaders and LR "
+                                f"schedulers, got {type(obj).__name__}")
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _adopt_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        """A shuffled loader (training) rebuilt with the loader knobs on its dataset, its collate_fn kept, at the
+        recipe's batch size, or its own where no one set one (then its own is a default of the script's, the base
+        of a search); an unshuffled one (evaluation) as it is."""
+        if not isinstance(loader.sampler, torch.utils.data.RandomSampler):
+            return loader
+        own = loader.batch_size
+        self.script_defaults.setdefault("batch_size", own)
+        size = None if self._explicit is None or "batch_size" in self._explicit else own
+        if size is not None:  # the samples an optimizer step sees, at the loader's own batch size
+            self._effective = own * self._trained.accumulation_steps * (self.replicas.world_size if self.replicas else 1)
+        return self.dataloader(loader.dataset, drop_last=loader.drop_last, batch_size=size,
+                               collate_fn=loader.collate_fn)
+
     def dataloader(self, dataset, shuffle: bool = True, drop_last: bool | None = None, batch_size: int | None = None,
                    **kwargs) -> torch.utils.data.DataLoader:
         """torch's DataLoader with the recipe's batch_size (the micro-batch) and loader knobs (num_workers,
@@ -186,328 +206,150 @@ class Context:
             self.steps_per_epoch = max(1, len(loader) // self.config.accumulation_steps)
         return loader
 
-    def prepare_model(self, model: torch.nn.Module, autocast: bool = True) -> torch.nn.Module:
+    def prepare_model(self, model: torch.nn.Module, autocast: bool = True, fp32_outputs: bool = True
+                      ) -> torch.nn.Module:
         """Train with what this returns: `model` with the knobs applied (activation checkpointing on
         `model.checkpoint_blocks`, channels_last, DDP over data-parallel workers, torch.compile) and, unless
         `autocast=False`, its forward run in `ctx.autocast()` with floating outputs returned in fp32 (as
-        Accelerate's prepare does). `model` itself is moved in place and stays the eager module (also
-        `ctx.module`): evaluate, average (EMA/SWA) and save it."""
+        Accelerate's prepare does; `fp32_outputs=False`: as autocast left them, no fp32 copy of a large model's
+        logits). `model` itself is moved in place and stays the eager module (also `ctx.module`): evaluate,
+        average (EMA/SWA) and save it."""
         train_model, self.module = prepare_module(model, self.config, self.device, self.applied, self.replicas)
         self._train_model = train_model
-        return InForwardContext(train_model, self.autocast) if autocast else train_model
+        return InForwardContext(train_model, self.autocast, fp32_outputs) if autocast else train_model
 
     def lr(self, base: float | None = None) -> float:
         """The peak LR: the recipe's `lr` (None), or your `base` LR; either scaled to the effective batch by
-        the recipe's `lr_scaling`."""
+        the recipe's `lr_scaling`. Read your peak here (`learning_rate = ctx.lr()`, your default given as
+        `defaults=dict(lr=...)`) and your own LR function and optimizer follow a searched `lr`."""
         self.read.add("lr_scaling")
         if base is None:
             return self.config.lr  # as trained: already scaled (batch.as_trained)
         return base * lr_factor(self.recipe)
 
-    def optimizer(self, cls: type, params: Iterable, **kwargs) -> torch.optim.Optimizer:
-        """`cls(params, **kwargs)` in the recipe's `optimizer_impl` (torch's foreach or fused kernels)."""
-        impl = self.config.optimizer_impl
-        accepted = inspect.signature(cls).parameters
-        extra = {}
-        if impl != "default":
-            if impl in accepted:
-                extra = {impl: True}
-            else:
-                impl = NOT_APPLICABLE  # this optimizer has no such implementation switch
-        self.applied["optimizer_impl"] = impl
-        self.applied.setdefault("optimizer", cls.__name__.lower())
-        return cls(params, **kwargs, **extra)
+    def lr_at(self, step: int, own, total_steps: int | None = None) -> float:
+        """The LR at optimizer step `step`: under `schedule: script` (the script's default) your own LR
+        function's `own(step)`; under a searched schedule, the recipe's (peak `ctx.lr()`, over `total_steps`,
+        default the recipe's epochs of the training loader). For a loop that sets `group["lr"]` itself."""
+        if self.config.schedule == "script":
+            self.applied["schedule"] = "script"
+            return float(own(step))
+        if self._lr_curve is None or self._lr_curve.step > step:
+            self._lr_curve = _LrCurve(self, total_steps)
+        return self._lr_curve.at(step)
+
+    def optimizer(self, cls, params: Iterable | None = None, **kwargs) -> torch.optim.Optimizer:
+        """Your optimizer in the recipe's `optimizer_impl` (torch's foreach or fused kernels): `cls(params,
+        **kwargs)`, or one built elsewhere (`ctx.optimizer(model.configure_optimizers(...))`), adopted with its
+        parameter groups. Where the space searches `optimizer`, the recipe's (sgd, adamw) is built on the same
+        parameter groups instead, each keeping its own weight_decay and lr."""
+        groups = _groups(cls.param_groups if isinstance(cls, torch.optim.Optimizer) else params)
+        if self.config.optimizer != "script":
+            optimizer = self._recipe_optimizer(groups, kwargs.get("lr"))
+        elif isinstance(cls, torch.optim.Optimizer):
+            optimizer = cls
+            self.applied["optimizer_class"] = type(cls).__name__
+        else:
+            optimizer = cls(params if not groups else groups, **kwargs)
+            self.applied["optimizer_class"] = cls.__name__
+        if self.config.optimizer == "script":
+            self.applied["optimizer"] = "script"
+        self.applied["optimizer_impl"] = _set_impl(optimizer, self.config.optimizer_impl)
+        self._optimizers.append(optimizer)
+        return optimizer
+
+    def _recipe_optimizer(self, groups: list[dict[str, Any]], lr: float | None) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "sgd":
+            cls, kwargs = torch.optim.SGD, dict(momentum=c.momentum, nesterov=c.momentum > 0)
+        elif c.optimizer == "adamw":
+            cls, kwargs = torch.optim.AdamW, dict(betas=(c.momentum, 0.999))
+        else:
+            raise ValueError(f"autospeed: optimizer {c.optimizer} builds its own parameter split; for it, build "
+                             f"with ctx.optimizers(model), or search sgd and adamw only")
+        keep = ("params", "weight_decay", "lr")
+        groups = [{k: v for k, v in g.items() if k in keep} for g in groups]
+        self.applied.update({"optimizer": c.optimizer, "momentum": c.momentum})
+        return cls(groups, lr=c.lr if lr is None else lr, weight_decay=c.weight_decay, **kwargs)
 
     def optimizers(self, model: torch.nn.Module | None = None) -> list[torch.optim.Optimizer]:
         """The recipe's own optimizer(s) for `model` (default: ctx.module): `optimizer` (sgd, adamw, or muon,
-        which is two), `lr`, `momentum`, `weight_decay`, `optimizer_impl`, as the built-in trainer builds them."""
+        which is two; `script` here means the recipe default, sgd), `lr`, `momentum`, `weight_decay`,
+        `optimizer_impl`, as the built-in trainer builds them."""
         self.read.add("lr_scaling")
-        return build_optimizers(self.config, model if model is not None else self.module, self.applied)
+        recipe = self.config
+        if recipe.optimizer == "script":  # the script asks autospeed for one: the recipe's default
+            self.read.update(("momentum", "weight_decay", "optimizer_impl", "lr"))
+            recipe = self._trained.model_copy(update={"optimizer": Recipe.model_fields["optimizer"].default})
+        built = build_optimizers(recipe, model if model is not None else self.module, self.applied)
+        self._optimizers.extend(built)
+        return built
 
-    def scheduler(self, optimizer, total_steps: int | None = None):
+    def scheduler(self, optimizer, total_steps: int | None = None, own=None):
         """torch's scheduler for the recipe's `schedule` (with warmup_fraction, decay_fraction), stepped by
         `ctx.step` once per optimizer step over `total_steps` (default: the recipe's epochs of the training
-        loader). A list of optimizers gives a list of schedulers."""
-        if total_steps is None:
-            total_steps = self._total_steps()
+        loader). `schedule: script` (a script's default) keeps your own scheduler `own` (none: a constant LR).
+        A list of optimizers gives a list of schedulers."""
         if isinstance(optimizer, (list, tuple)):
-            return [build_schedule(self.config, o, total_steps, self.applied) for o in optimizer]
-        return build_schedule(self.config, optimizer, total_steps, self.applied)
+            return [self.scheduler(o, total_steps) for o in optimizer]
+        if self.config.schedule == "script":
+            self.applied.update({"schedule": "script", "warmup_fraction": NOT_APPLICABLE})
+            built = own if own is not None else torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0,
+                                                                                     total_iters=0)
+        else:
+            built = build_schedule(self.config, optimizer, self._total_steps(total_steps), self.applied)
+        self._schedulers.append(built)
+        return built
 
-    def _total_steps(self) -> int:
-        if self.steps_per_epoch is None:
-            raise RuntimeError("autospeed: the number of steps is not known yet; build the training loader with "
-                               "ctx.dataloader(train_dataset) first, or pass total_steps=")
-        return max(1, math.ceil(self.config.epochs * self.steps_per_epoch))
+    def _total_steps(self, total_steps: int | None = None) -> int:
+        if total_steps is not None:
+            return total_steps
+        total = self._total_steps_or_none()
+        if total is None:
+            raise RuntimeError(f"autospeed: schedule {self.config.schedule} spans the run's steps, unknown yet; "
+                               f"build the training loader with ctx.dataloader(train_dataset) first, or pass "
+                               f"total_steps=")
+        return total
 
-    # ---- the loop ----
-    def steps(self, loader: Iterable | None = None) -> Iterator[Any]:
-        """The training micro-batches of the recipe's `epochs` (the whole run), on the device (channels_last
-        where it acts). Sets `ctx.boundary` on the micro-batch that completes a step of `accumulation_steps`;
-        the train clock runs while a batch is out and stops when the loop leaves this iterator."""
-        return self._batches(loader, epochs=None)
 
-    def epoch(self, loader: Iterable | None = None) -> Iterator[Any]:
-        """One pass over the training loader (for a loop that keeps its own `for epoch in ...`): as `steps`,
-        ending at the epoch's end, or earlier where the recipe's epochs run out."""
-        return self._batches(loader, epochs=1)
+class _LrCurve:
+    """The recipe's LR schedule as a function of the step, for a loop that sets its LR itself (ctx.lr_at): torch's
+    scheduler on a one-parameter optimizer, stepped forward as the loop's step grows."""
 
-    def _batches(self, loader, epochs: int | None) -> Iterator[Any]:
-        loader = self._train_loader if loader is None else loader
-        k = self.config.accumulation_steps
-        per_epoch = max(1, len(loader) // k)
-        if self.steps_per_epoch is None or loader is not self._train_loader:
-            self.steps_per_epoch = per_epoch
-        total = self._total_steps()
-        self._eval_every = max(1, round(self.config.eval_every_epochs * self.steps_per_epoch))
-        ddp = self._ddp()
-        non_blocking = bool(self.applied.get("pin_memory"))
-        sampler = getattr(loader, "sampler", None)
-        try:
-            for _ in itertools.count() if epochs is None else range(epochs):
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(self._epochs_started)
-                self._epochs_started += 1
-                # a whole pass runs the loader to its end, as `for batch in loader` does (its sampler then draws
-                # the next epoch's order from the same random state); a pass cut at whole steps stops early
-                whole = per_epoch * k >= len(loader)
-                # The fetch is on the train clock, as in the built-in trainer: the loader's start at each epoch
-                # (worker processes spawned again unless persistent) and each batch after a pause are paid for.
-                if not self.clock.running:
-                    self.clock.start()
-                batches = iter(loader if whole else itertools.islice(loader, per_epoch * k))
-                while True:
-                    if not self.clock.running:  # after a pause (an evaluation): from the next fetch on
-                        self.clock.start()
-                    try:
-                        batch = next(batches)
-                    except StopIteration:
-                        break
-                    batch = self._layout(to_device(batch, self.device, non_blocking))
-                    self._micro += 1
-                    self.boundary = self._micro % k == 0
-                    if ddp is not None:
-                        ddp.require_backward_grad_sync = self.boundary  # what DDP's no_sync() sets
-                    yield batch
-                    if self.finished or self.step_count >= total:
-                        return
-        finally:  # the loop left: whatever follows (an epoch's evaluation) is off the train clock
-            if self.clock.running:
-                self.clock.stop()
+    def __init__(self, ctx: Context, total_steps: int | None):
+        self.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=ctx.lr())
+        self.schedule = build_schedule(ctx.config, self.optimizer, ctx._total_steps(total_steps), ctx.applied)
+        self.step = 0
 
-    def autocast(self):
-        """The training forward pass's context: autocast in the recipe's precision, the attention backend pinned."""
-        if self._forward is None:
-            self._forward, self._attention = forward_context(self.config, self.device, self.applied)
-            if self._autocast_precision is not None:
-                self.applied["precision"] = self._autocast_precision
-        return self._forward()
+    def at(self, step: int) -> float:
+        while self.step < step:
+            self.optimizer.step()  # no gradient: nothing moves, but torch sees the order it expects
+            self.schedule.step()
+            self.step += 1
+        return float(self.optimizer.param_groups[0]["lr"])
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """loss.backward() through the fp16 gradient scaler, as the mean over the step's micro-batches."""
-        if self.step_count == 0 and not self._zeroed_between_micro:
-            self._check_accumulating()
-        self._stepper_for().backward(loss)
 
-    def _check_accumulating(self) -> None:
-        """In the first step, at a micro-batch after its first: the gradients of the ones before must still be
-        there. A script that zeroes them each micro-batch (its own optimizer.zero_grad()) trains every step on
-        the last micro-batch alone: said once, and the result records accumulation_steps 1, what acted."""
-        k = self._trained.accumulation_steps
-        if k == 1 or self.module is None or (self._micro - 1) % k == 0:
-            return
-        first = next((p for p in self.module.parameters() if p.requires_grad), None)
-        if first is not None and (first.grad is None or not bool(first.grad.any())):
-            self._zeroed_between_micro = True
-            print(f"autospeed: warning: the script zeroes its gradients between the micro-batches of a step "
-                  f"(accumulation_steps: {k}), so each step trains on 1/{k} of its batch; drop your own "
-                  f"zero_grad() (ctx.step frees the gradients after each step)", file=sys.stderr, flush=True)
+def _groups(params) -> list[dict[str, Any]]:
+    """Parameter groups as dicts ([] for a plain iterable of parameters, passed through as given)."""
+    if params is None:
+        return []
+    params = list(params)
+    return params if params and isinstance(params[0], dict) else [{"params": params}]
 
-    def step(self, optimizers, schedulers=None) -> bool:
-        """One optimizer step at the end of a step's micro-batches (`ctx.boundary`; before it, nothing and
-        False): the optimizer(s) through the fp16 scaler, gradients freed (no zero_grad of your own: it would
-        drop the accumulated micro-batches), the scheduler(s) stepped. True when it stepped."""
-        if not self.boundary:
-            return False
-        as_list = (lambda x: [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x])
-        self._stepper_for().step(as_list(optimizers), as_list(schedulers))
-        self.step_count += 1
-        self.samples += self._effective
-        self._since_eval["steps"] += 1
-        self._since_eval["samples"] += self._effective
-        if self.step_count == 1:  # first step = compile (if any) + warm-up; synced so it is exact
-            self.clock.stop()
-            self.first_step_seconds = self.clock.total - self._clock_at_start
-            self.compile_seconds = self.first_step_seconds if self.applied.get("compile", "none") != "none" else 0.0
-            self.clock.start()
-            if self.preflight and self.side is not None:
-                self.side.ask("preflight", knobs_read=sorted(self.read))
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
-        return True
 
-    def should_eval(self) -> bool:
-        """True once per step that is due an evaluation: every `eval_every_epochs`, and at the step where the
-        budget or the schedule runs out (so the run's last standing is reported)."""
-        if not self.boundary or self._eval_checked_at == self.step_count or self.step_count == 0:
-            return False
-        self._eval_checked_at = self.step_count
-        due = (self.step_count % self._eval_every == 0 or self.step_count >= self._total_steps()
-               or self.clock.peek() >= self.recipe.max_train_seconds)
-        return self.replicas.any(due) if self.replicas is not None else due
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Off the train clock (evaluation, logging, checkpoints): it starts again at the next batch."""
-        if self.clock.running:
-            self.clock.stop()
-        watch = self._watch_attention()
-        try:
-            with watch[0] if watch is not None else contextlib.nullcontext():
-                yield
-        except BaseException as e:
-            self._eval_failed = is_oom(e)  # out of memory here: a smaller training micro-batch would not help
-            raise
-        finally:
-            if watch is not None:
-                self._attention_seen(*watch)
-
-    def _watch_attention(self):
-        """Until an evaluation has run the model: (a counter of scaled_dot_product_attention calls, the model's
-        forward calls, the hook that counts them), as the trainer's first evaluation watches (AttentionKnob)."""
-        if self._attention_decided or self.module is None:
-            return None
-        ran: list[int] = []
-        return _SdpaWatch(), ran, self.module.register_forward_pre_hook(lambda *_: ran.append(1))
-
-    def _attention_seen(self, watch, ran: list[int], hook) -> None:
-        """A pause in which the model ran decides: no SDPA call, and the attention knob cannot act."""
-        hook.remove()
-        if ran:
-            self._attention_decided = True
-            if watch.calls == 0:
-                self.applied["attention"] = NOT_APPLICABLE
-
-    def report(self, train_loss: float | None = None, **metrics: float) -> Report:
-        """One evaluation's metrics (the target's among them). Stops when the target is met, the budget or the
-        schedule is spent, or the search says stop; the run's result is then recorded."""
-        if self.clock.running:
-            self.clock.stop()
-        train_seconds = self.clock.total
-        if self.replicas is not None:
-            metrics = self.replicas.from_leader(metrics)
-        target = self.recipe.resolved_target
-        if target.metric not in metrics:
-            raise ValueError(f"autospeed: ctx.report() got {sorted(metrics)}, not the target metric "
-                             f"'{target.metric}'; report it (the target is {target.describe()})")
-        values = {k: float(v) for k, v in metrics.items()}
-        for name, v in values.items():
-            mode = target.mode if name == target.metric else _metric_mode(name)
-            self.best_metrics[name] = better(mode, self.best_metrics.get(name), v)
-        self.evaluations += 1
-        best = self.best_metrics[target.metric]
-        reached = target.met(best)
-        interval = train_seconds - self._since_eval["clock"]
-        loss = math.nan if train_loss is None else float(train_loss)
-        event = EvalEvent(
-            step=self.step_count, epoch=self.step_count / (self.steps_per_epoch or 1), samples=self.samples,
-            train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start, metrics=values,
-            value=values[target.metric], best_value=best, train_loss=loss,
-            samples_per_second=self._since_eval["samples"] / interval if interval > 0 else 0.0, reached=reached,
-            compile_seconds=self.compile_seconds, peak_memory_mb=self.peak.mb(),
-            objective=objective(Status.RUNNING, train_seconds if reached else None, best, target.value,
-                                self.recipe.max_train_seconds, target.mode),
-            best_metrics=dict(self.best_metrics))
-        self.history.append(event.flat())
-        self._since_eval = {"steps": 0, "samples": 0, "clock": train_seconds}
-        if reached and self.tta is None:
-            self.tta, self._wall_at_target, self.status = train_seconds, event.wall_seconds, Status.REACHED
-        stop = False
-        if self.side is not None and self.is_main:
-            stop = bool(self.side.ask("eval", event=asdict(event)).get("stop"))
-        if self.replicas is not None:
-            stop = self.replicas.any(stop)
-        reason = ("reached" if reached else "diverged" if train_loss is not None and not math.isfinite(loss)
-                  else "budget" if train_seconds >= self.recipe.max_train_seconds
-                  else "schedule" if self.steps_per_epoch and self.step_count >= self._total_steps()
-                  else "stopped" if stop else "")
-        if not reason:
-            return Report(False)
-        if reason == "diverged":
-            self.status, self.error = Status.DIVERGED, f"train loss became {loss} by step {self.step_count}"
-        elif reason == "stopped":
-            self.status = Status.STOPPED_EARLY
-        self.finish()
-        return Report(True, reason)
-
-    # ---- the end ----
-    def finish(self, status: Status | None = None, error: str | None = None) -> TrainResult:
-        """The run's result (sent to autospeed when it runs the script); called by `report` when it says stop,
-        and at exit otherwise. Idempotent."""
-        if self.finished:
-            return self.result
-        self.finished = True
-        if self.clock.running:
-            self.clock.stop()
-        if status is not None:
-            self.status, self.error = status, error
-        self.result = self._result()
-        if self.side is not None and self.is_main:
-            self.side.send("result", result=_jsonable(self.result))
-        return self.result
-
-    def _result(self) -> TrainResult:
-        target = self.recipe.resolved_target
-        applied = dict(self.applied)
-        applied["knobs_read"] = sorted(self.read)
-        for knob in CHECKED_KNOBS:  # a knob set (away from its default) that the script never read did not act
-            default = Recipe.model_fields[knob].default
-            if knob not in self.read and knob not in applied and getattr(self._trained, knob) != default:
-                applied[knob] = NOT_READ
-        applied["accumulation_steps"] = 1 if self._zeroed_between_micro else self._trained.accumulation_steps
-        applied["gradients_zeroed_between_micro_batches"] = self._zeroed_between_micro
-        applied["lr"] = self._trained.lr
-        applied["not_applied"] = not_applied(self._trained, applied)
-        if self._zeroed_between_micro:  # the leaderboard and `autospeed train` list it with the others
-            applied["not_applied"]["accumulation_steps"] = {"asked": self._trained.accumulation_steps, "ran": 1}
-        best = self.best_metrics.get(target.metric)
-        train_seconds = self.clock.total
-        wall_to_target = None if self._wall_at_target is None else self._wall_at_target + self._before_entry
-        return TrainResult(
-            status=self.status, tta_seconds=self.tta, target=target.model_dump(), best_value=best,
-            best_metrics=dict(self.best_metrics),
-            objective=objective(self.status, self.tta, best, target.value, self.recipe.max_train_seconds, target.mode),
-            train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start,
-            compile_seconds=self.compile_seconds, first_step_seconds=self.first_step_seconds,
-            peak_memory_mb=self.peak.mb(),
-            samples_per_second=self.samples / (train_seconds - self._clock_at_start)
-            if train_seconds > self._clock_at_start else 0.0,
-            steps=self.step_count, epochs_done=self.step_count / (self.steps_per_epoch or 1),
-            evaluations=self.evaluations, applied=applied,
-            environment={**environment(self.device), "workers": applied["workers"]}, error=self.error,
-            history=self.history, wall_to_target_seconds=wall_to_target, wall_clock_origin=self._origin)
-
-    # ---- internals ----
-    def _stepper_for(self) -> Stepper:
-        if self._stepper is None:
-            # the scaler follows the precision the forward runs in; accumulation is read as a knob
-            self._stepper = Stepper(self._trained, self.device, self.applied, self.config.accumulation_steps)
-        return self._stepper
-
-    def _ddp(self):
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = getattr(self._train_model, "_orig_mod", self._train_model)  # under torch.compile
-        return model if isinstance(model, DistributedDataParallel) else None
-
-    def _layout(self, batch):
-        if not self.applied.get("channels_last") or not isinstance(batch, (list, tuple)) or not batch:
-            return batch
-        x, *rest = batch
-        if isinstance(x, torch.Tensor) and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
+def _set_impl(optimizer: torch.optim.Optimizer, impl: str) -> str:
+    """The optimizer switched to torch's `impl` kernels in place (its groups and defaults: what torch reads at
+    each step); what acted: impl, or not_applicable for an optimizer without that switch."""
+    if impl == "default":
+        return impl
+    if impl not in optimizer.defaults and impl not in inspect.signature(type(optimizer)).parameters:
+        return NOT_APPLICABLE
+    other = "foreach" if impl == "fused" else "fused"
+    for settings in (optimizer.defaults, *optimizer.param_groups):
+        settings[impl] = True
+        if settings.get(other):
+            settings[other] = False
+    return impl
 
 
 def micro_batch_size(recipe: Recipe) -> int:
@@ -517,27 +359,37 @@ def micro_batch_size(recipe: Recipe) -> int:
     return micro_batch_sizes(recipe)[0]
 
 
-def _jsonable(result: TrainResult) -> dict[str, Any]:
-    out = asdict(result)
-    out["status"] = result.status.value
-    return json.loads(json.dumps(out, default=str))
+def script_recipe(defaults: dict[str, Any], layers: dict[str, Any] | None = None, source: str = "") -> Recipe:
+    """The recipe of a script's run: its own ways (SCRIPT_OWN), its `defaults`, then `layers` (what autospeed
+    sets over them: the search's workload, target, budget and fixed knobs)."""
+    from autospeed.recipe import recipe_from_dict
+
+    layers = layers or {}
+    if any(k in layers for k in _TARGET_KEYS):  # the search's target replaces the script's own
+        defaults = {k: v for k, v in defaults.items() if k not in _TARGET_KEYS}
+    return recipe_from_dict({"workload": SCRIPT, **SCRIPT_OWN, **defaults, **layers},
+                            source or "autospeed.init(defaults=...)")
 
 
 def init(defaults: dict[str, Any] | None = None) -> Context:
     """The knob context of this run: the recipe autospeed runs the script with, or `defaults` (recipe keys:
     batch_size, precision, compile, lr, target, max_train_seconds, ...) when the script runs on its own."""
-    side = channel.ScriptSide.from_env()
-    if channel.RECIPE in os.environ:
-        recipe = Recipe.model_validate_json(os.environ[channel.RECIPE])
-        micro = int(os.environ.get(channel.MICRO_BATCH) or micro_batch_size(recipe))
-        return Context(recipe, micro, side, float(os.environ.get(channel.CLOCK_OFFSET, 0.0)),
-                       preflight=bool(os.environ.get(channel.PREFLIGHT)))
     from autospeed.errors import UserError
-    from autospeed.recipe import recipe_from_dict
 
-    data = {"workload": SCRIPT, **(defaults or {})}
+    side = channel.ScriptSide.from_env()
+    given = {**SCRIPT_OWN, **(defaults or {})}
     try:
-        recipe = recipe_from_dict(data, "autospeed.init(defaults=...)")
+        if channel.LAYERS in os.environ:  # the search's preflight: the script's defaults under the space's layers
+            layers = json.loads(os.environ[channel.LAYERS])
+            recipe = script_recipe(defaults or {}, layers)
+            return Context(recipe, None, side, preflight=bool(os.environ.get(channel.PREFLIGHT)),
+                           script_defaults=given, explicit={*given, *layers})
+        if channel.RECIPE in os.environ:
+            recipe = Recipe.model_validate_json(os.environ[channel.RECIPE])
+            micro = int(os.environ.get(channel.MICRO_BATCH) or micro_batch_size(recipe))
+            return Context(recipe, micro, side, float(os.environ.get(channel.CLOCK_OFFSET, 0.0)),
+                           preflight=bool(os.environ.get(channel.PREFLIGHT)), script_defaults=given)
+        recipe = script_recipe(defaults or {})
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
-    return Context(recipe)
+    return Context(recipe, alone=True, script_defaults=given, explicit=set(given))

@@ -15,11 +15,13 @@ HELPER_OF = {
                      "persistent_workers"), "ctx.dataloader()"),
     **dict.fromkeys(("precision", "attention"), "ctx.autocast()"),
     **dict.fromkeys(("compile", "channels_last", "activation_checkpointing"), "ctx.prepare_model()"),
-    "optimizer_impl": "ctx.optimizer() or ctx.optimizers()",
-    **dict.fromkeys(("optimizer", "momentum", "weight_decay"), "ctx.optimizers()"),
+    **dict.fromkeys(("optimizer_impl", "optimizer"), "ctx.optimizer() or ctx.optimizers()"),
+    **dict.fromkeys(("momentum", "weight_decay"), "ctx.optimizers()"),
     **dict.fromkeys(("lr", "lr_scaling"), "ctx.lr()"),
-    **dict.fromkeys(("schedule", "warmup_fraction", "decay_fraction"), "ctx.scheduler()"),
-    **dict.fromkeys(("accumulation_steps", "epochs", "eval_every_epochs"), "ctx.steps()"),
+    "schedule": "ctx.scheduler() or ctx.lr_at()",
+    **dict.fromkeys(("warmup_fraction", "decay_fraction"), "ctx.scheduler()"),
+    **dict.fromkeys(("accumulation_steps", "epochs"), "ctx.steps()"),
+    **dict.fromkeys(("eval_every_epochs", "eval_every_steps"), "ctx.should_eval()"),
 }
 
 

@@ -1,13 +1,18 @@
-"""Before a search of a user's script spends its budget: the script starts, and reads every searched knob.
+"""Before a search of a user's script spends its budget: the script starts, reads every searched knob, and says
+what it runs with on its own.
 
-The script runs once, with the recipe of the search's first layers (the space file's fixed knobs), to
-the end of its first optimizer step (autospeed.train.script_channel PREFLIGHT); its context says which knobs it
-read by then. A script that fails before that step (a missing import, arguments it rejects) and a searched
-knob it never reads (it built its own optimizer, say, so `optimizer_impl` would measure nothing) each stop
-the search with one line: the file, the key, the fix (exit 2)."""
+The script runs once, with the space file's layers (its workload, target, budget and fixed knobs) over the
+script's own `autospeed.init(defaults=...)`, to the end of its first optimizer step
+(autospeed.train.script_channel PREFLIGHT, LAYERS); its context says which knobs it read by then and which
+defaults it gave. Those defaults become the base of the baseline and of every trial (SearchSpec.script_defaults):
+the space file names only what it changes, and the baseline is the script as its author runs it. A script that
+fails before that step (a missing import, arguments it rejects) and a searched knob it never reads (it built its
+own optimizer, say, so `optimizer_impl` would measure nothing) each stop the search with one line: the file, the
+key, the fix (exit 2)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from autospeed.errors import UserError
@@ -15,11 +20,16 @@ from autospeed.script.knob_view import HELPER_OF
 from autospeed.train.script_run import preflight_knobs
 
 
-def check_script_reads(spec, space_path: str, console=sys.stdout) -> None:
+def check_script_reads(spec, space_path: str, console=sys.stdout):
+    """The spec with the script's own defaults as its base and this folder as the script's working directory;
+    raises UserError where the script cannot be searched as the file asks."""
+    from autospeed.space import _check_layers
+
     script = spec.workload_options["script"]
-    recipe = spec.recipe_for({})
+    spec = spec.model_copy(update={"script_workdir": spec.script_workdir or os.getcwd()})
+    layers = {**spec.base(), **spec.fixed}
     print(f"preflight: running {script} to its first optimizer step", file=console, flush=True)
-    knobs, result = preflight_knobs(recipe)
+    knobs, defaults, result = preflight_knobs(spec.recipe_for({}), layers)
     if knobs is None:
         command = " ".join(["python", script, *spec.workload_options.get("args", [])])
         raise UserError(f"{space_path}: workload_options.script: {script} failed before its first optimizer step "
@@ -31,3 +41,9 @@ def check_script_reads(spec, space_path: str, console=sys.stdout) -> None:
             raise UserError(f"{space_path}: key 'space.{key}': {script} never reads {knob} (by its first optimizer "
                             f"step), so searching it would measure nothing; read it through {helper}, or drop it "
                             f"from the space")
+    spec = spec.model_copy(update={"script_defaults": defaults})
+    _check_layers(spec, space_path)  # the file's layers over the script's defaults: still valid recipes
+    own = ", ".join(f"{k}={v}" for k, v in defaults.items() if k not in ("target", "target_accuracy"))
+    print(f"preflight: the baseline and every trial start from the script's own defaults ({own})",
+          file=console, flush=True)
+    return spec

@@ -98,7 +98,9 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     if is_script(spec.workload):  # the script runs to its first step: it starts, and reads every searched knob
         from autospeed.script.preflight import check_script_reads
 
-        check_script_reads(spec, space_path, console)
+        spec = check_script_reads(spec, space_path, console)  # the script's own defaults: the base of every run
+        if state is not None:
+            spec = _same_script(spec, state, space_path)
     else:
         try:  # the dataset is prepared once per search, before any trial (cached on disk)
             workload = load_workload(spec.workload, spec.workload_options)
@@ -393,7 +395,9 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
     # re-validated, the stored spec gains the defaults of keys added since it was written (probe, ...)
     stored = SearchSpec.model_validate(state["spec"]).model_dump(mode="json")
     # how long to wait for a tracking store is the session's, not the search's: it may change on resume
-    changed = [k for k in _changed_keys(stored, spec.model_dump(mode="json")) if not k.startswith("tracking.")]
+    # a script's defaults and folder are not the file's: the preflight reads them again (_same_script checks them)
+    changed = [k for k in _changed_keys(stored, spec.model_dump(mode="json"))
+               if not k.startswith(("tracking.", "script_defaults", "script_workdir"))]
     if changed:
         raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
                         f"restore those keys to resume, or start a new search without --resume")
@@ -404,6 +408,20 @@ def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None
     if trials is not None and trials > state["trials"]:
         state = {**state, "trials": trials, "extended_from": state["trials"]}
     return state
+
+
+def _same_script(spec: SearchSpec, state: dict[str, Any], space_path: str) -> SearchSpec:
+    """A resumed script search: the script's defaults as its trials so far had them (else they would measure
+    another baseline), and its runs in the folder they ran in."""
+    import json
+
+    stored = state["spec"].get("script_defaults") or {}
+    if stored and json.dumps(stored, sort_keys=True) != json.dumps(spec.script_defaults, sort_keys=True):
+        changed = sorted(k for k in {*stored, *spec.script_defaults} if stored.get(k) != spec.script_defaults.get(k))
+        raise UserError(f"{space_path}: workload_options.script: its autospeed.init(defaults=...) changed since the "
+                        f"search started ({', '.join(changed)}); restore them to resume, or start a new search "
+                        f"without --resume")
+    return spec.model_copy(update={"script_workdir": state["spec"].get("script_workdir") or spec.script_workdir})
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:

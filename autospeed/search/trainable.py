@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
+from autospeed.train import script_channel
 from autospeed.train.script_options import is_script
 from autospeed.search.curve import TrialCurve, cap_seconds
 from autospeed.search.records import RERUN_OF
@@ -131,6 +133,8 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         return
 
     reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec))
+    if spec.script_workdir:  # a script starts where the search started, not in this trial's folder (Ray's cwd)
+        os.environ[script_channel.WORKDIR] = spec.script_workdir
     workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
 
     early_stop = spec.predict.enabled and spec.predict.early_stop  # the ledger is read only then

@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from autospeed.outcome import is_infeasible
 from autospeed.track import runs as res
@@ -60,6 +61,28 @@ def fetch_compile_cache(client, run_id: str, dest: str | os.PathLike) -> bool:
         with atomic_path(dest) as part:
             shutil.copyfile(got, part)
     return True
+
+
+def script_own(parent, recipe) -> list[str] | None:
+    """The knobs of a script's recipe that are the script's own: its defaults (the parent's `script_defaults.*`
+    params, read by the search's preflight) that the recipe keeps. None for a built-in workload."""
+    from autospeed.space import SEARCHABLE  # the knobs a script's defaults give a search (not target, budget)
+
+    prefix = "script_defaults."
+    own = {k[len(prefix):]: v for k, v in parent.data.params.items() if k.startswith(prefix)}
+    if not own:
+        return None
+    return sorted(k for k, v in own.items() if k in SEARCHABLE and _same(getattr(recipe, k), v))
+
+
+def _same(value: Any, param: str) -> bool:
+    """A recipe value against its MLflow param text (`20` for an epochs of 20.0)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(param) == float(value)
+        except ValueError:
+            return False
+    return str(value) == param
 
 
 def best_recipe_yaml(client, name: str, search_id: str | None = None,
@@ -121,6 +144,7 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
     if compile_cache is not None and recipe.compile != "none" and fetch_compile_cache(client, best.run_id,
                                                                                        compile_cache):
         measured.compile_cache = Path(compile_cache).name  # beside the recipe: it moves with it
+    measured.script_own = script_own(parent, recipe)
     recipe.measured = measured
     if measured.confirmed:
         how = f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"

@@ -8,12 +8,17 @@ its own defaults (no autospeed around it).
     that asks for one, reads one reply line from the second;
   * CLOCK_OFFSET: train-clock seconds earlier attempts of the run spent (out of memory, `auto` micro-batch);
   * PREFLIGHT: set for the search's preflight run, which ends after the first optimizer step;
+  * LAYERS: the preflight's recipe keys (JSON) that go over the script's own `defaults` (its RECIPE is the
+    same without them): the search learns the defaults from the reply to `preflight`;
+  * WORKDIR: the folder the search was started from, where a Ray trial starts the script (Ray moves the
+    trial's own process into its trial folder);
   * WALL_BEFORE_SECONDS / WALL_ORIGIN: where the run's wall to target counts from (the runner's origin).
 
 Messages from the script (`kind`):
   * `started`: its context is up (the script's imports are done); no reply.
   * `eval`: one evaluation (autospeed.train.result.EvalEvent's fields); reply {"stop": bool}.
-  * `preflight`: the knobs the script read up to its first optimizer step; reply {"stop": true}.
+  * `preflight`: the knobs the script read up to its first optimizer step, and the `defaults` it gave
+    autospeed.init (with its own ways: schedule and optimizer `script` unless given); reply {"stop": true}.
   * `result`: the run's result (TrainResult's fields), sent once, when the run ends; no reply.
 End of file on the reply pipe means stop: the runner is gone.
 """
@@ -31,11 +36,13 @@ REPORT_FD = "AUTOSPEED_REPORT_FD"
 REPLY_FD = "AUTOSPEED_REPLY_FD"
 CLOCK_OFFSET = "AUTOSPEED_CLOCK_OFFSET"
 PREFLIGHT = "AUTOSPEED_PREFLIGHT"
+LAYERS = "AUTOSPEED_RECIPE_LAYERS"
+WORKDIR = "AUTOSPEED_WORKDIR"
 # seconds from the runner's wall-clock origin (autospeed train's process start, or train() entry in a trial) to
 # the script's launch, and that origin's name: the script's wall to target counts from there
 WALL_BEFORE = "AUTOSPEED_WALL_BEFORE_SECONDS"
 WALL_ORIGIN = "AUTOSPEED_WALL_ORIGIN"
-ENV_KEYS = (RECIPE, MICRO_BATCH, REPORT_FD, REPLY_FD, CLOCK_OFFSET, PREFLIGHT, WALL_BEFORE, WALL_ORIGIN)
+ENV_KEYS = (RECIPE, MICRO_BATCH, REPORT_FD, REPLY_FD, CLOCK_OFFSET, PREFLIGHT, LAYERS, WALL_BEFORE, WALL_ORIGIN)
 
 
 class ScriptSide:

@@ -65,20 +65,24 @@ def train_script(recipe, on_eval: Callable[[EvalEvent], bool | None] | None = No
     return result
 
 
-def preflight_knobs(recipe, num_threads: int | None = None) -> tuple[list[str] | None, TrainResult]:
-    """Run the script to its first optimizer step: the knobs it read by then (None: it never got there, the
-    result says why)."""
-    run = ScriptRun(recipe, micro_batch_sizes(recipe)[0], 0.0, num_threads, preflight=True)
+def preflight_knobs(recipe, layers: dict[str, Any] | None = None, num_threads: int | None = None
+                    ) -> tuple[list[str] | None, dict[str, Any], TrainResult]:
+    """Run the script to its first optimizer step, with `layers` (the search's keys) over its own defaults: the
+    knobs it read by then (None: it never got there, the result says why) and the defaults it gave
+    autospeed.init."""
+    run = ScriptRun(recipe, micro_batch_sizes(recipe)[0], 0.0, num_threads, preflight=True, layers=layers)
     result = run.run(None)
-    return run.knobs_read, result
+    return run.knobs_read, run.defaults, result
 
 
 class ScriptRun:
     """One attempt: the script's processes, the relay of their reports, and the result."""
 
     def __init__(self, recipe, micro: int, clock_offset: float, num_threads: int | None, preflight: bool,
-                 wall: tuple[float, str] | None = None):
+                 wall: tuple[float, str] | None = None, layers: dict[str, Any] | None = None):
         self.recipe, self.micro, self.offset = recipe, micro, clock_offset
+        self.layers = layers
+        self.defaults: dict[str, Any] = {}  # what the script gave autospeed.init (its preflight says)
         self.threads, self.preflight = num_threads, preflight
         options = recipe.workload_options
         self.cmd = [sys.executable, options["script"], *options.get("args", [])]
@@ -100,6 +104,8 @@ class ScriptRun:
                     "PYTHONUNBUFFERED": "1"})
         if self.preflight:
             env[channel.PREFLIGHT] = "1"
+        if self.layers is not None:
+            env[channel.LAYERS] = json.dumps(self.layers)
         if self.wall is not None:
             env[channel.WALL_BEFORE], env[channel.WALL_ORIGIN] = repr(self.wall[0]), self.wall[1]
         if self.threads:
@@ -125,8 +131,10 @@ class ScriptRun:
             # a session of its own: the whole group (DataLoader workers too) is killed on the way out. The script's
             # own prints go to stderr with its stderr: stdout is autospeed's (`autospeed train --json` prints the
             # result object there, and nothing else)
+            # in the folder the search or `autospeed train` started from, whichever process runs it (a Ray trial's
+            # own is its trial folder): a script's relative paths mean what they mean when it runs alone
             procs.append(subprocess.Popen(self.cmd, env=env, pass_fds=fds, stdout=_stderr_fd(), stderr=subprocess.PIPE,
-                                          start_new_session=True))
+                                          start_new_session=True, cwd=os.environ.get(channel.WORKDIR) or None))
             reader = threading.Thread(target=self._keep_tail, args=(procs[-1].stderr,), daemon=True)
             reader.start()
             self.tail_readers.append(reader)
@@ -185,6 +193,7 @@ class ScriptRun:
                     _reply(replies, {"stop": stop})
                 elif kind == "preflight":
                     self.knobs_read = list(msg.get("knobs_read", []))
+                    self.defaults = dict(msg.get("defaults") or {})
                     _reply(replies, {"stop": True})
                 elif kind == "result":
                     result = msg["result"]

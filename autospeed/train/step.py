@@ -105,15 +105,16 @@ class InForwardContext(torch.nn.Module):
     """The training model with its forward run in the run's forward context (autocast, attention); floating
     outputs come back in fp32. A wrapper, not a patch: `model` itself (and an EMA/SWA copy of it) stays as is."""
 
-    def __init__(self, inner: torch.nn.Module, context):
+    def __init__(self, inner: torch.nn.Module, context, fp32_outputs: bool = True):
         super().__init__()
         self.inner = inner
         self._context = context
+        self._fp32_outputs = fp32_outputs  # False: outputs as autocast left them (no fp32 copy of big logits)
 
     def forward(self, *args, **kwargs):
         with self._context():
             out = self.inner(*args, **kwargs)
-        return _to_fp32(out)
+        return _to_fp32(out) if self._fp32_outputs else out
 
     def __getattr__(self, name: str):
         try:

@@ -13,6 +13,8 @@ written as a user would, with autospeed's context. Its command line sets what it
   --eval-seconds S   spend S seconds in each evaluation, inside ctx.paused()
   --pid-file FILE    append this process's id (one line) as the script starts: an attempt that fails before
                      its first optimizer step (out of memory at once) leaves its pid too
+  --relative-file P  read P as the script starts, a path relative to its working directory (its data, its
+                     configuration): a run started anywhere but the folder the search started from fails
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--slow-worker-start", type=float, default=0.0)
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--zero-each-micro-batch", action="store_true")
+    p.add_argument("--relative-file")
     args = p.parse_args()
+    if args.relative_file:
+        open(args.relative_file).read()
     if args.pid_file:
         with open(args.pid_file, "a") as f:
             f.write(f"{os.getpid()}\\n")

@@ -162,14 +162,16 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     same command resumes to the end: every trial finished once, one MLflow child run per trial, a reached one
     with its tta_seconds. `autospeed export` then writes a recipe that names the script by its absolute path
     and its arguments, and `autospeed train` of it, alone or with --script, runs the script with them to the
-    target."""
+    target. The script opens its data by a path relative to the folder the search started from: the preflight,
+    the trials (whose processes Ray moves into trial folders) and `autospeed train` all run it there."""
     uri = new_store(tmp_path)
     space = _space(tmp_path, "killed", trials=TRIALS)
     gate = tmp_path / "gate"
     gate.mkdir()
     observe = tmp_path / "observe.jsonl"  # each script process appends a line per optimizer step
     args = _search(tmp_path, uri, space, "--script", tiny_script.name, "--resume")
-    script_args = ["--", "--gate", str(gate), "--observe", str(observe)]
+    (tmp_path / "data.txt").write_text("the script's data")  # opened by a relative path, in every run of it
+    script_args = ["--", "--gate", str(gate), "--observe", str(observe), "--relative-file", "data.txt"]
 
     search = start_cli(*args, *script_args, cwd=tmp_path, env=cli_env())
 
@@ -210,6 +212,8 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     reached = [t for t in done if t.data.tags["autospeed.status"] == "reached"]
     assert reached and all(t.data.metrics["tta_seconds"] > 0 for t in reached)
     assert len(_observed_pids(observe)) == TRIALS  # the arguments reached each trial's script
+    # the script's own schedule and optimizer (its defaults name neither): the leaderboard says whose they are
+    assert "schedule=script" in resumed.stdout and "optimizer=script" in resumed.stdout, resumed.stdout[-3000:]
     assert not _script_processes(tiny_script)
 
     exported = autospeed("export", "--name", "killed", "--out", "best.yaml", "--tracking-uri", uri, cwd=tmp_path,
@@ -218,6 +222,8 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     recipe = yaml.safe_load((tmp_path / "best.yaml").read_text())
     assert recipe["workload"] == "script"
     assert recipe["workload_options"] == {"script": str(tiny_script), "args": script_args[1:]}
+    assert (recipe["schedule"], recipe["optimizer"], recipe["max_train_seconds"]) == ("script", "script", 10)
+    assert {"schedule", "optimizer", "epochs", "eval_every_epochs"} <= set(recipe["measured"]["script_own"])
     # the recipe alone, then with the script named again (its arguments still the recipe's)
     for extra in ([], ["--script", tiny_script.name]):
         before = _observed_pids(observe)

@@ -1,0 +1,289 @@
+"""The stepping of a user's loop (a part of autospeed.script.context's Context): where a step's micro-batches
+end, the backward pass, clipping, the optimizer step, and when an evaluation is due.
+
+A step's last micro-batch (`ctx.boundary`) is known whatever the batches come from:
+  * `for batch in ctx.steps(loader)` / `ctx.epoch(loader)` / `ctx.steps(get_batch)` (a function that returns
+    one batch): each batch out of the iterator is one micro-batch;
+  * `with ctx.accumulate(model):` around each micro-batch's forward and backward (Accelerate's name): the
+    block is one micro-batch, and DDP syncs gradients only in a step's last one;
+  * neither (a `while True` loop with its own `get_batch`): each `ctx.backward(loss)` is one micro-batch.
+`ctx.step()` then steps on the `accumulation_steps`-th; before any micro-batch it raises, naming the fix.
+The train clock runs from a batch out of the iterator, or (other sources) from the training forward in
+`ctx.autocast()`, `ctx.accumulate()` or `ctx.backward()`, until `ctx.paused()` or `ctx.report()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import sys
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from autospeed.train.data import to_device
+from autospeed.train.step import Stepper, forward_context
+
+LOADER, ACCUMULATE, BACKWARD = "loader", "accumulate", "backward"  # where a step's micro-batches are counted
+
+
+class ReusableContext:
+    """One context object the script may keep and enter again and again (`fwd = ctx.autocast()`, then `with
+    fwd:` each step), as torch.autocast allows: each entry opens a fresh inner context (autocast, the attention
+    backend pinned)."""
+
+    def __init__(self, factory, on_enter):
+        self._factory, self._on_enter = factory, on_enter
+        self._open: list[Any] = []
+
+    def __enter__(self):
+        self._on_enter()
+        inner = self._factory()
+        self._open.append(inner)
+        return inner.__enter__()
+
+    def __exit__(self, *exc):
+        return self._open.pop().__exit__(*exc)
+
+
+class Stepping:
+    """The stepping half of Context (its attributes are set by Context.__init__)."""
+
+    # ---- batches ----
+    def steps(self, source: Iterable | Any = None) -> Iterator[Any]:
+        """The training micro-batches of the recipe's `epochs` (the whole run), on the device (channels_last
+        where it acts): from a loader (default: the training loader) or a function returning one batch
+        (`ctx.steps(lambda: get_batch("train"))`, endless: the run ends at its budget, its target or the
+        loop's own break). Sets `ctx.boundary` on a step's last micro-batch; the train clock runs while a
+        batch is out and stops when the loop leaves this iterator."""
+        return self._batches(source, epochs=None)
+
+    def epoch(self, loader: Iterable | None = None) -> Iterator[Any]:
+        """One pass over the training loader (for a loop that keeps its own `for epoch in ...`): as `steps`,
+        ending at the epoch's end, or earlier where the recipe's epochs run out."""
+        if callable(loader) and not hasattr(loader, "__iter__"):
+            raise TypeError("autospeed: ctx.epoch() takes a loader; a batch function has no epochs: loop over "
+                            "ctx.steps(get_batch) instead")
+        return self._batches(loader, epochs=1)
+
+    def _batches(self, source, epochs: int | None) -> Iterator[Any]:
+        source = self._train_loader if source is None else source
+        if source is None:
+            raise RuntimeError("autospeed: ctx.steps() has no batches: pass a loader or a batch function "
+                               "(ctx.steps(loader), ctx.steps(get_batch)), or build the training loader with "
+                               "ctx.dataloader(train_dataset) first")
+        self._source = LOADER
+        k = self.config.accumulation_steps
+        if callable(source) and not hasattr(source, "__iter__"):  # a batch function: endless micro-batches
+            yield from self._serve(iter(source, object()), k)
+            return
+        per_epoch = max(1, len(source) // k)
+        if self.steps_per_epoch is None or source is not self._train_loader:
+            self.steps_per_epoch = per_epoch
+        self._total_steps_or_none()  # epochs and the evaluation cadence are read here, before the first step
+        self._eval_every_steps()
+        sampler = getattr(source, "sampler", None)
+        for _ in itertools.count() if epochs is None else range(epochs):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(self._epochs_started)
+            self._epochs_started += 1
+            # a whole pass runs the loader to its end, as `for batch in loader` does (its sampler then draws
+            # the next epoch's order from the same random state); a pass cut at whole steps stops early
+            whole = per_epoch * k >= len(source)
+            yield from self._serve(iter(source if whole else itertools.islice(source, per_epoch * k)), k)
+            if self.finished or self._run_out():
+                return
+
+    def _serve(self, batches: Iterator[Any], k: int) -> Iterator[Any]:
+        """Hand out micro-batches on the device. The fetch is on the train clock, as in the built-in trainer: a
+        loader's start at each epoch (worker processes spawned again unless persistent) and each batch after a
+        pause (an evaluation) are paid for. The clock stops when the loop leaves."""
+        ddp = self._ddp()
+        non_blocking = bool(self.applied.get("pin_memory"))
+        try:
+            while True:
+                if not self.clock.running:
+                    self.clock.start()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                batch = self._layout(to_device(batch, self.device, non_blocking))
+                self._next_micro(k, ddp)
+                yield batch
+                if self.finished or self._run_out():
+                    return
+        finally:  # the loop left: whatever follows (an epoch's evaluation) is off the train clock
+            if self.clock.running:
+                self.clock.stop()
+
+    def _next_micro(self, k: int, ddp) -> None:
+        self._micro += 1
+        self.boundary = self._micro % k == 0
+        if ddp is not None:
+            ddp.require_backward_grad_sync = self.boundary  # what DDP's no_sync() sets
+
+    def _run_out(self) -> bool:
+        total = self._total_steps_or_none()
+        return total is not None and self.step_count >= total
+
+    @contextlib.contextmanager
+    def accumulate(self, model: torch.nn.Module | None = None):
+        """One micro-batch's forward and backward, for a loop whose batches come from elsewhere (Accelerate's
+        `accumulate`): `ctx.boundary` is set for it, and under DDP the gradients sync only in a step's last."""
+        if self._source != LOADER:
+            self._source = ACCUMULATE
+            self._training_work()
+            self._next_micro(self.config.accumulation_steps, self._ddp())
+        yield
+
+    # ---- the forward and backward passes ----
+    def autocast(self) -> ReusableContext:
+        """The training forward pass's context: autocast in the recipe's precision, the attention backend
+        pinned. One object, entered as often as the script likes (keep it, or call ctx.autocast() each time)."""
+        if self._forward is None:
+            factory, self._attention = forward_context(self.config, self.device, self.applied)
+            if self._autocast_precision is not None:
+                self.applied["precision"] = self._autocast_precision
+            self._forward = ReusableContext(factory, self._forward_entered)
+        return self._forward
+
+    def _forward_entered(self) -> None:
+        if torch.is_grad_enabled():  # a training forward (an evaluation runs under no_grad or paused)
+            self._training_work()
+
+    def _training_work(self) -> None:
+        """Training work from a source other than ctx.steps starts the train clock (after a pause too)."""
+        if self._source != LOADER and not self._paused and not self.finished and not self.clock.running:
+            self.clock.start()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """loss.backward() through the fp16 gradient scaler, as the mean over the step's micro-batches. With
+        batches from neither ctx.steps nor ctx.accumulate, each call is one micro-batch."""
+        if self._source in (None, BACKWARD):
+            self._source = BACKWARD
+            self._training_work()
+            self._next_micro(self.config.accumulation_steps, None)
+        if self.step_count == 0 and not self._zeroed_between_micro:
+            self._check_accumulating()
+        self._stepper_for().backward(loss)
+
+    def _check_accumulating(self) -> None:
+        """In the first step, at a micro-batch after its first: the gradients of the ones before must still be
+        there. A script that zeroes them each micro-batch (its own optimizer.zero_grad()) trains every step on
+        the last micro-batch alone: said once, and the result records accumulation_steps 1, what acted."""
+        k = self._trained.accumulation_steps
+        if k == 1 or self.module is None or (self._micro - 1) % k == 0:
+            return
+        first = next((p for p in self.module.parameters() if p.requires_grad), None)
+        if first is not None and (first.grad is None or not bool(first.grad.any())):
+            self._zeroed_between_micro = True
+            print(f"autospeed: warning: the script zeroes its gradients between the micro-batches of a step "
+                  f"(accumulation_steps: {k}), so each step trains on 1/{k} of its batch; drop your own "
+                  f"zero_grad() (ctx.step frees the gradients after each step)", file=sys.stderr, flush=True)
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor | None:
+        """torch.nn.utils.clip_grad_norm_ on a step's last micro-batch, the fp16 gradients unscaled first
+        (through every optimizer the context knows: ctx.prepare, ctx.optimizer, ctx.optimizers, ctx.step).
+        Before a step's last micro-batch it does nothing and returns None: the gradients are still adding up."""
+        if not self.boundary:
+            return None
+        scaler = self._stepper_for().scaler
+        if scaler.is_enabled():
+            if not self._optimizers:
+                raise RuntimeError("autospeed: ctx.clip_grad_norm_() unscales fp16 gradients through their "
+                                   "optimizer, and none is known yet: pass it through ctx.prepare(...) or "
+                                   "ctx.optimizer(...) before clipping")
+            for optimizer in self._optimizers:
+                if id(optimizer) not in self._unscaled:
+                    scaler.unscale_(optimizer)
+                    self._unscaled.add(id(optimizer))
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    # ---- the optimizer step ----
+    def step(self, optimizers=None, schedulers=None) -> bool:
+        """One optimizer step at the end of a step's micro-batches (`ctx.boundary`; before it, nothing and
+        False): the optimizer(s) through the fp16 scaler, gradients freed (no zero_grad of your own: it would
+        drop the accumulated micro-batches), the scheduler(s) stepped. Without arguments: what ctx.prepare
+        adopted. True when it stepped."""
+        if self._source is None:
+            raise RuntimeError("autospeed: ctx.step() before any micro-batch: call ctx.backward(loss) for each "
+                               "micro-batch (or take batches from ctx.steps(...), or wrap each in "
+                               "`with ctx.accumulate(model):`) so the context knows where a step ends")
+        if not self.boundary:
+            return False
+        as_list = (lambda x: [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x])
+        given = as_list(optimizers)
+        optimizers = given or list(self._optimizers)
+        schedulers = as_list(schedulers) if schedulers is not None else [] if given else list(self._schedulers)
+        for optimizer in optimizers:
+            if all(optimizer is not o for o in self._optimizers):
+                self._optimizers.append(optimizer)
+        self._stepper_for().step(optimizers, schedulers)
+        self._unscaled.clear()
+        self.boundary = self._source == LOADER  # other sources: the next micro-batch begins with the next call
+        self.step_count += 1
+        self.samples += self._effective
+        self._since_eval["steps"] += 1
+        self._since_eval["samples"] += self._effective
+        if self.step_count == 1 and self.clock.running:  # first step = compile (if any) + warm-up; synced
+            self.clock.stop()
+            self.first_step_seconds = self.clock.total - self._clock_at_start
+            self.compile_seconds = self.first_step_seconds if self.applied.get("compile", "none") != "none" else 0.0
+            self.clock.start()
+        if self.step_count == 1 and self.preflight and self.side is not None:
+            self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        return True
+
+    def should_eval(self) -> bool:
+        """True once per optimizer step that is due an evaluation (ask after ctx.step): every
+        `eval_every_steps`, else every `eval_every_epochs`, and at the step where the budget or the schedule
+        runs out (so the run's last standing is reported)."""
+        if self.step_count == 0 or self._eval_checked_at == self.step_count:
+            return False
+        if self._source == LOADER and not self.boundary:
+            return False
+        self._eval_checked_at = self.step_count
+        every = self._eval_every_steps()
+        due = ((every is not None and self.step_count % every == 0) or self._run_out()
+               or self.clock.peek() >= self.budget_seconds)
+        return self.replicas.any(due) if self.replicas is not None else due
+
+    def _eval_every_steps(self) -> int | None:
+        if self.config.eval_every_steps is not None:
+            return self.config.eval_every_steps
+        if self.steps_per_epoch is None:
+            return None
+        return max(1, round(self.config.eval_every_epochs * self.steps_per_epoch))
+
+    def _total_steps_or_none(self) -> int | None:
+        """The recipe's epochs in optimizer steps; None while no loader has said how long an epoch is."""
+        if self.steps_per_epoch is None:
+            return None
+        return max(1, math.ceil(self.config.epochs * self.steps_per_epoch))
+
+    # ---- internals ----
+    def _stepper_for(self) -> Stepper:
+        if self._stepper is None:
+            # the scaler follows the precision the forward runs in; accumulation is read as a knob
+            self._stepper = Stepper(self._trained, self.device, self.applied, self.config.accumulation_steps)
+        return self._stepper
+
+    def _ddp(self):
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = getattr(self._train_model, "_orig_mod", self._train_model)  # under torch.compile
+        return model if isinstance(model, DistributedDataParallel) else None
+
+    def _layout(self, batch):
+        if not self.applied.get("channels_last") or not isinstance(batch, (list, tuple)) or not batch:
+            return batch
+        x, *rest = batch
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
