@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 
 class Status(str, Enum):
-    """`autospeed.status` of a run (DESIGN.md "Tracking layout")."""
+    """`autospeed.status` of a run (docs/design.md "Tracking layout")."""
 
     RUNNING = "running"
     REACHED = "reached"
@@ -45,7 +45,7 @@ def is_infeasible(status: str | Status) -> bool:
 
 def objective(status: str | Status, tta_seconds: float | None, best_value: float | None, target_value: float,
               max_train_seconds: float, mode: str = "max") -> float:
-    """The censored objective Optuna minimises (DESIGN.md "The objective Optuna sees").
+    """The censored objective Optuna minimises (docs/design.md "The objective Optuna sees").
 
     reached: the TTA; not (yet) reached: `max_train_seconds x (1 + gap)`, gap being the
     relative distance of the best metric value from the target in the metric's direction

@@ -1,5 +1,5 @@
 """Predicted time to target: where a trial's evaluation curve would meet the target, with an 80% interval
-(DESIGN.md "Long jobs: predicted time to target"). numpy only.
+(docs/design.md "Long jobs: predicted time to target"). numpy only.
 
 The curve is the target metric against train seconds, turned into a quantity y that falls as the run improves
 (a loss as it is, an accuracy negated). Two ways to extrapolate it; each is fitted to the curve's first 2/3 and

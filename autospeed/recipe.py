@@ -130,7 +130,7 @@ class Measured(_Strict):
 
 
 class Recipe(_Strict):
-    """One training run. Field docs give units; DESIGN.md "Recipe: the knobs"."""
+    """One training run. Field docs give units; docs/design.md "Recipe: the knobs"."""
 
     workload: str = "mnist1d"
     workload_options: dict[str, Any] = Field(default_factory=dict)
@@ -168,7 +168,7 @@ class Recipe(_Strict):
     schedule: Literal["constant", "cosine", "onecycle", "linear", "wsd", "script"] = "constant"
     warmup_fraction: float = Field(0.0, ge=0, lt=1)  # of all steps; onecycle ignores it
     # wsd (warmup-stable-decay): the LR falls linearly to 0 over this last fraction of the steps; before it, the
-    # LR does not depend on the schedule's length (what a long job's trial needs: DESIGN.md "Long jobs")
+    # LR does not depend on the schedule's length (what a long job's trial needs: docs/design.md "Long jobs")
     decay_fraction: float = Field(0.2, gt=0, le=1)
     label_smoothing: float = Field(0.0, ge=0, lt=1)
 
@@ -190,7 +190,7 @@ class Recipe(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _script_keeps_its_own(cls, data: Any) -> Any:
-        """A user's script keeps its own LR schedule and optimizer unless the recipe names others (DESIGN.md
+        """A user's script keeps its own LR schedule and optimizer unless the recipe names others (docs/design.md
         round 4: the script as written is the baseline)."""
         if isinstance(data, dict) and data.get("workload") == SCRIPT_WORKLOAD:
             return {"schedule": "script", "optimizer": "script", **data}

@@ -142,7 +142,7 @@ class Probe(_Strict):
 
 
 class Predict(_Strict):
-    """Predicted time to target (autospeed/predict.py, DESIGN.md "Long jobs"): a trial that ends before its
+    """Predicted time to target (autospeed/predict.py, docs/design.md "Long jobs"): a trial that ends before its
     target is ranked by where its evaluation curve would meet it."""
 
     enabled: bool = False
@@ -303,7 +303,7 @@ DECAYING_SCHEDULES = ("cosine", "linear", "onecycle")
 
 def _check_predict(spec: SearchSpec, source: str) -> None:
     """With predict on, a trial's curve must be the first part of the run it predicts: no schedule that decays
-    over the whole run (DESIGN.md "Long jobs"; docs/design-differences.md)."""
+    over the whole run (docs/design.md "Long jobs"; docs/design-differences.md)."""
     if not spec.predict.enabled:
         return
     fix = ("with predict on, a trial's curve must be the start of its full run; use constant or wsd (its LR does "
@@ -371,7 +371,7 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "
                         f"'{asked_by}' asks for {most} workers; set gpus_per_trial: 1 (a trial then holds one "
                         f"GPU per worker) or 0 (CPU workers)")
-    if is_script(spec.workload):  # a user's script: its metrics are known when it reports (DESIGN.md "User scripts")
+    if is_script(spec.workload):  # a user's script: its metrics are known when it reports (docs/design.md "User scripts")
         check_script_options(spec.workload_options, f"{source}: workload_options")
         return spec
     try:
@@ -389,7 +389,7 @@ def load_spec(path: str | os.PathLike) -> SearchSpec:
 
 
 def with_script(spec: SearchSpec, script: str | None, args: list[str]) -> SearchSpec:
-    """The spec with `--script SCRIPT -- ARGS` as its workload (DESIGN.md "User scripts"); unchanged without."""
+    """The spec with `--script SCRIPT -- ARGS` as its workload (docs/design.md "User scripts"); unchanged without."""
     if script is None:
         if args:
             raise UserError(f"arguments after -- ({' '.join(args)}) are for a script; give it with --script train.py")

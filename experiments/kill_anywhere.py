@@ -1,6 +1,6 @@
 """The driver of a search SIGKILLed at random moments, each time followed by `--resume`: does every search
 resume to completion with every finished trial kept once, and do Optuna, MLflow and the ledger agree?
-(issue 30's goal; DESIGN.md "Crash anywhere, lose nothing"). The suite's tests/reliability/test_kill_anywhere.py
+(issue 30's goal; docs/design.md "Crash anywhere, lose nothing"). The suite's tests/reliability/test_kill_anywhere.py
 kills at points a hook chooses; here a clock chooses them, as the OOM killer or a preemption would.
 
     python experiments/kill_anywhere.py                    # 10 searches x 6 kills, at least 50 landed (~30 min)

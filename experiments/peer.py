@@ -50,7 +50,7 @@ from autospeed.outcome import Status, median_tta, speedup_interval  # noqa: E402
 from autospeed.recipe import Recipe  # noqa: E402
 from autospeed.space import SearchSpec, load_spec  # noqa: E402
 
-# DESIGN.md "Probe stage": the knobs that change TTA only through speed, never the maths.
+# docs/design.md "Probe stage": the knobs that change TTA only through speed, never the maths.
 SYSTEMS_KNOBS = frozenset({"compile", "channels_last", "cudnn_benchmark", "data_loader", "num_workers",
                            "pin_memory", "prefetch_factor", "persistent_workers", "optimizer_impl", "attention",
                            "micro_batch_size"})

@@ -6,7 +6,7 @@ CPU, NCCL with one GPU per worker), interleaved (1, N, 1, N, ... with a new seed
 drift on a shared machine hits all alike. Weak scaling by default: every worker keeps the recipe's
 micro-batch, so N workers train with N times the global batch (`--strong`: the global batch stays,
 each worker takes 1/N of it). Reported per worker count, as medians over the repeats:
-  - TTA (train clock of rank 0, DESIGN.md "What is timed") and TTA ratio = TTA(1) / TTA(N);
+  - TTA (train clock of rank 0, docs/design.md "What is timed") and TTA ratio = TTA(1) / TTA(N);
   - samples/s over the whole run on the train clock (all workers' samples, first step included);
   - scaling efficiency = samples/s(N) / (N x samples/s(1)): 1.0 is perfect, and the speed-up per
     device a user pays for. On CPU the N workers share the one worker's cores, so there "per

@@ -221,3 +221,23 @@ def test_the_readme_example_output_is_the_results_files():
 
     missing = [line for line in block.splitlines() if line.strip() not in ("", "...") and not found(line)]
     assert not missing, missing
+
+
+_DESIGN_CITE = re.compile(r'design\.md\)?"? "([^"]+)"')
+
+
+def test_every_cited_design_section_is_in_docs_design_md():
+    """Code and docs cite docs/design.md's sections by name (`docs/design.md "Long jobs"`): each must name the start
+    of one of its headings, so a reader of a clone can follow it."""
+    headings = [line.lstrip("#").strip() for line in (ROOT / "docs/design.md").read_text().splitlines()
+                if line.startswith("## ")]
+    cited = {}
+    for path in [*ROOT.glob("autospeed/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("experiments/*.py"),
+                 *ROOT.glob("docs/*.md"), ROOT / "README.md"]:
+        if path.name == "design.md":  # its header shows the form, citing no section
+            continue
+        for name in _DESIGN_CITE.findall(path.read_text()):  # a name wrapped over lines (in a comment too): joined
+            cited.setdefault(re.sub(r"\s*\n\s*#?\s*", " ", name), path.relative_to(ROOT))
+    assert len(cited) >= 10
+    missing = {name: str(where) for name, where in cited.items() if not any(h.startswith(name) for h in headings)}
+    assert not missing, missing

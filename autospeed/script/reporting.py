@@ -4,7 +4,7 @@ train clock (`ctx.paused()`), `ctx.report(...)` (the target, the budget, the sea
 Run alone (`python train.py`, no autospeed around it), the script does what it did before: no target unless
 its `defaults` name one (then `report(...).stop` says when it is met, the script's own early stop), no budget
 unless they name `max_train_seconds`, no stop on a non-finite train loss. Run by autospeed, the recipe's
-target and budget hold, and a non-finite train loss ends the run as diverged (DESIGN.md "The objective").
+target and budget hold, and a non-finite train loss ends the run as diverged (docs/design.md "The objective").
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def _reads(path: str) -> str | None:
 def check_storage_shared(folder, timeout_seconds: float = 300.0) -> None:
     """Preflight on a cluster: trials read the search's files (ledger, recipe index) under the
     storage path on their own node, so every node must see the folder the driver writes. A
-    probe file written here is read back on each other node (DESIGN.md "Scale-out"); a node
+    probe file written here is read back on each other node (docs/design.md "Scale-out"); a node
     that cannot read it fails the search before any run is created, in one line."""
     import uuid
 
@@ -165,7 +165,7 @@ def trial_resources(gpus_per_trial: int, cpus_per_trial: int | None, max_concurr
                     workers_per_trial: int = 1) -> tuple[dict[str, float], int, int]:
     """(per-trial resources, concurrent trials, torch threads per trial) on the Ray cluster joined.
 
-    DESIGN.md "Concurrency": one whole GPU per trial (per worker, with data-parallel workers); on
+    docs/design.md "Concurrency": one whole GPU per trial (per worker, with data-parallel workers); on
     CPU one trial at a time with all the cores of one node (a trial cannot span nodes, so on a
     cluster the largest node's)."""
     import ray

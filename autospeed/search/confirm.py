@@ -1,4 +1,4 @@
-"""Confirmation runs (DESIGN.md "Confirmation runs", "Honest figures").
+"""Confirmation runs (docs/design.md "Confirmation runs", "Honest figures").
 
 One TTA measurement is noisy, and the best of many noisy measurements is biased
 low (the winner's curse). After the search, the top `confirm.top_k` recipes that

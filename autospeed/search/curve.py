@@ -1,4 +1,4 @@
-"""A trial's evaluation curve and what it predicts (DESIGN.md "Long jobs: predicted time to target").
+"""A trial's evaluation curve and what it predicts (docs/design.md "Long jobs: predicted time to target").
 
 With `predict: {enabled: true}`, every report of a trial that has not reached its target carries the
 prediction from its curve so far (autospeed.predict), and its `objective` becomes the predicted TTA:

@@ -1,4 +1,4 @@
-"""One recipe on N data-parallel workers through Ray Train's TorchTrainer (DESIGN.md "Scale-out").
+"""One recipe on N data-parallel workers through Ray Train's TorchTrainer (docs/design.md "Scale-out").
 
 Ray Train starts the workers and their torch.distributed group (gloo on CPU, NCCL with one GPU per
 worker); each runs the ordinary trainer, which trains under DDP (autospeed.train.distributed).

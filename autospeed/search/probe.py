@@ -1,4 +1,4 @@
-"""The probe stage (DESIGN.md "Probe stage"): time the systems knobs before the trials, then fix them.
+"""The probe stage (docs/design.md "Probe stage"): time the systems knobs before the trials, then fix them.
 
 Knobs that do not change the maths (MATHS_NEUTRAL) change TTA only through speed, so a few
 timed steps decide them instead of whole trials. Each systems configuration is trained for

@@ -1,4 +1,4 @@
-"""A search's own records and what a resume rebuilds from them (DESIGN.md "Crash anywhere, lose nothing").
+"""A search's own records and what a resume rebuilds from them (docs/design.md "Crash anywhere, lose nothing").
 
 Three records outlive the driver, each written before the next step relies on it:
 - the ledger (`finished/<trial id>.json`, storage.SearchDir): a trial whose MLflow run is final;

@@ -1,5 +1,5 @@
 """The whole search, in one function: preflight, trials, confirmation, best.yaml, closing
-the parent run (DESIGN.md "Data flow"). The CLI and the experiments call `run_search`
+the parent run (docs/design.md "Data flow"). The CLI and the experiments call `run_search`
 and only read its outcome.
 """
 

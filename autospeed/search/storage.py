@@ -9,7 +9,7 @@
     <storage_path>/<name>/.search.lock                  held by the running search of that name (search_lock)
 
 Trials read the ledger and the recipe index, so on a cluster the storage path must be
-one that every node sees (DESIGN.md "Scale-out").
+one that every node sees (docs/design.md "Scale-out").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The thin Ray adapter: a trial's config -> Recipe -> trainer; evaluations -> tune.report.
 
-Every report carries `objective`, valid as a final value at any moment (DESIGN.md "The
+Every report carries `objective`, valid as a final value at any moment (docs/design.md "The
 objective Optuna sees"): ASHA may stop the trial after any of them, and Tune then hands
 the last one to Optuna. The last report of a trial that ended on its own has `final: True`.
 """
@@ -191,7 +191,7 @@ def _trial_worker(config: dict[str, Any]) -> None:
 
 def trial_resources(config: dict[str, Any], spec_json: str, cpus: float, gpus: int):
     """What Tune reserves for a trial: its cores and GPUs when it trains itself (one worker); only
-    the driver's token share when Ray Train's workers reserve the rest (DESIGN.md "Scale-out")."""
+    the driver's token share when Ray Train's workers reserve the rest (docs/design.md "Scale-out")."""
     from ray.tune import PlacementGroupFactory
 
     from autospeed.search.data_parallel import DRIVER_CPUS

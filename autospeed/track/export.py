@@ -1,5 +1,5 @@
 """Export the best trial of a search as a recipe with a `measured` section: the confirmed winner, else the
-first trial that reached or was predicted (DESIGN.md "Long jobs": a prediction is marked as one, never written
+first trial that reached or was predicted (docs/design.md "Long jobs": a prediction is marked as one, never written
 as `tta_seconds`), with the search's production budget (confirm.max_train_seconds) when it set one."""
 
 from __future__ import annotations

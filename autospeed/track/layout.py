@@ -1,4 +1,4 @@
-"""MLflow layout (DESIGN.md "Tracking layout"): names defined once, shared by
+"""MLflow layout (docs/design.md "Tracking layout"): names defined once, shared by
 writers (search, train) and readers (export, report).
 
 Everything goes through `MlflowClient` with explicit run ids (no fluent global
@@ -71,7 +71,7 @@ M_WALL_SECONDS = "wall_seconds"
 # that met the target (autospeed.train.result); the tag TAG_WALL_ORIGIN says which
 M_WALL_TO_TARGET = "wall_to_target_seconds"
 TAG_WALL_ORIGIN = "autospeed.wall_clock_origin"
-# Long jobs (DESIGN.md "Long jobs: predicted time to target"): a trial that did not reach its target, ranked by
+# Long jobs (docs/design.md "Long jobs: predicted time to target"): a trial that did not reach its target, ranked by
 # where its curve would meet it (autospeed.predict); never logged as tta_seconds, which stays for measurements
 M_TTA_PREDICTED, M_TTA_PREDICTED_LOW, M_TTA_PREDICTED_HIGH = (
     "tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
@@ -89,7 +89,7 @@ M_PROBE_NOISE = "probe_noise"  # on the parent: the timing noise a non-default v
 M_BEST_TTA = "best_tta_seconds"
 M_BASELINE_TTA = "baseline_tta_seconds"
 M_SPEEDUP = "speedup_vs_baseline"
-# confirmation (DESIGN.md "Confirmation runs"), on the parent run; export and report read them
+# confirmation (docs/design.md "Confirmation runs"), on the parent run; export and report read them
 M_CONFIRM_MEDIAN = "confirm_tta_seconds_median"
 M_CONFIRM_MIN = "confirm_tta_seconds_min"
 M_CONFIRM_MAX = "confirm_tta_seconds_max"

@@ -1,4 +1,4 @@
-"""A search's tracking writes, kept on disk until the tracking store has them (DESIGN.md "Crash anywhere,
+"""A search's tracking writes, kept on disk until the tracking store has them (docs/design.md "Crash anywhere,
 lose nothing").
 
 The tracking callback never waits on MLflow. Each write (a run created, a batch of metrics, params and tags,

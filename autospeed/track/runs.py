@@ -44,7 +44,7 @@ class TrialRow:
     device: str | None = None  # autospeed.env.device_name: the GPU's or the CPU's name
     best_value: float | None = None  # best value of the target metric, in its direction
     applied: dict[str, Any] = field(default_factory=dict)  # what took effect (the trainer's `applied`)
-    # Long jobs (DESIGN.md "Long jobs: predicted time to target"): where the TTA comes from, measured | predicted |
+    # Long jobs (docs/design.md "Long jobs: predicted time to target"): where the TTA comes from, measured | predicted |
     # none (layout.TTA_*); "" reads a run from before the tag: measured when it reached, else none
     tta_source: str = ""
     tta_predicted_seconds: float | None = None  # a prediction, never a measurement: tta_seconds stays None

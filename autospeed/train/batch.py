@@ -1,6 +1,6 @@
 """The effective batch: the micro-batches it is trained in and the learning rate it trains with.
 
-DESIGN.md "Recipe: the knobs", rows micro_batch_size and lr_scaling. The effective batch is
+docs/design.md "Recipe: the knobs", rows micro_batch_size and lr_scaling. The effective batch is
 `batch_size x accumulation_steps` samples per optimizer step, whatever the micro-batch:
 `micro_batch_size` splits each `batch_size` into smaller forward/backward passes and
 accumulates their gradients (the mean over micro-batches, so the update is the same for

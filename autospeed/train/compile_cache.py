@@ -1,4 +1,4 @@
-"""The compile cache shipped with a recipe (DESIGN.md "Compile cache shipped with a recipe").
+"""The compile cache shipped with a recipe (docs/design.md "Compile cache shipped with a recipe").
 
 torch.compile pays its compile in every fresh process. torch's portable cache artifacts
 (`torch.compiler.save_cache_artifacts` / `load_cache_artifacts`, the "mega-cache") carry what one

@@ -10,7 +10,7 @@ RMS, so one `lr` serves both parts (and the LR schedule steps both).
 `fused`; it applies to SGD, AdamW and Muon's AdamW part (Muon itself has one). torch never
 falls back silently from an explicit `foreach` or `fused`: it runs it or raises.
 
-Each records in `applied` what really acted (DESIGN.md "Honest figures"): a model with no 2-D
+Each records in `applied` what really acted (docs/design.md "Honest figures"): a model with no 2-D
 hidden weight (a CNN whose only nn.Linear is its head) trains with AdamW alone, recorded as
 `optimizer: adamw`; `onecycle` cycles the momentum (SGD momentum, AdamW beta1, Muon momentum)
 between its own bounds, recorded as `momentum: "0.85-0.95 (onecycle)"`, and has its own warm-up

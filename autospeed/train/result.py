@@ -1,7 +1,7 @@
 """What a training run reports: one event per evaluation, one result at the end
-(DESIGN.md "Result of one training run"), and where its wall to target counts from.
+(docs/design.md "Result of one training run"), and where its wall to target counts from.
 
-`wall_to_target_seconds` (DESIGN.md "Honest figures"): seconds from the origin below to the end of
+`wall_to_target_seconds` (docs/design.md "Honest figures"): seconds from the origin below to the end of
 the evaluation that met the target; start-up, data, compile and evaluations included.
   * `process start` (the OS's start time of this process, so the interpreter's start and every import
     count): for the first `train()` of a process that is not a Ray process and not interactive. That is
@@ -65,7 +65,7 @@ class EvalEvent:
 
 @dataclass
 class TrainResult:
-    """The result object of DESIGN.md "Result of one training run"."""
+    """The result object of docs/design.md "Result of one training run"."""
 
     status: Status
     tta_seconds: float | None

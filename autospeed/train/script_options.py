@@ -1,4 +1,4 @@
-"""`workload: script`: a user's own training script as the workload (DESIGN.md "User scripts").
+"""`workload: script`: a user's own training script as the workload (docs/design.md "User scripts").
 
 Its `workload_options`: `script` (the path of the Python file), `args` (its command-line arguments),
 `timeout_grace_seconds` (how long past its budget a silent script may run before it is killed; default 60)

@@ -1,5 +1,5 @@
 """Run a user's training script as one training run: `train_script(recipe)` is `train(recipe)` for
-`workload: script` (DESIGN.md "User scripts").
+`workload: script` (docs/design.md "User scripts").
 
 The script runs in processes of its own (`python SCRIPT ARGS`, one per data-parallel worker, started
 torchrun-style with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT); its knob context

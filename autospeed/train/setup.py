@@ -3,7 +3,7 @@
 and, at the end, which knobs the recipe set that did not act (`not_applied`).
 Nothing here is on the train clock.
 
-Every knob records in `applied` the value that really acted (DESIGN.md "Honest figures"):
+Every knob records in `applied` the value that really acted (docs/design.md "Honest figures"):
 `not_applicable` where it cannot act on this model or device (attention on a model that never
 calls scaled_dot_product_attention), or the value that ran instead (precision fp32 for tf32 on a
 CPU, a compile mode without CUDA graphs)."""

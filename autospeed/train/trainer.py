@@ -1,6 +1,6 @@
 """The trainer: train one recipe to its target and say, truthfully, how long it took.
 
-Timing rules (DESIGN.md "What is timed"):
+Timing rules (docs/design.md "What is timed"):
   * the train clock starts right before the first training step, with data and
     model already built and on the device;
   * it includes compilation and warm-up (also recorded on their own:
@@ -105,7 +105,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
     torch.compiler.reset()
     torch.manual_seed(recipe.seed)  # every worker builds the same initial model
     replicas = Replicas.joined(recipe.workers)  # None for one worker: no process group at all
-    # What really acted (DESIGN.md "Honest figures"): workers from the process group that formed, and each
+    # What really acted (docs/design.md "Honest figures"): workers from the process group that formed, and each
     # knob's value as it took effect, `not_applicable` where it cannot act here (setup.not_applied lists them)
     applied: dict[str, Any] = {"device": device.type, "workers": replicas.world_size if replicas else 1,
                                "ddp": replicas is not None,  # under DistributedDataParallel

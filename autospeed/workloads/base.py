@@ -1,7 +1,7 @@
 """What a workload is: a model factory, data, and optionally its own loss and evaluation.
 
 A workload factory takes keyword options (the recipe's `workload_options`) and
-returns a `Workload` (DESIGN.md "Workload contract"). Data come either as CPU tensors
+returns a `Workload` (docs/design.md "Workload contract"). Data come either as CPU tensors
 (`train_x/train_y/val_x/val_y`, which the `device` loader keeps resident on the device)
 or as `torch.utils.data.Dataset`s (`train_dataset/val_dataset`, map-style or iterable,
 read through torch's DataLoader with the recipe's loader knobs). A batch is whatever the

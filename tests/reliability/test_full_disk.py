@@ -1,4 +1,4 @@
-"""A storage path that fills up in the middle of a search (DESIGN.md "Crash anywhere, lose nothing").
+"""A storage path that fills up in the middle of a search (docs/design.md "Crash anywhere, lose nothing").
 
 The storage path is a small tmpfs mounted in a mount namespace of its own (`unshare -m`; every run of the
 search enters it with `nsenter`), and the test fills it while a trial is held mid-training: a real full disk,

@@ -1,6 +1,6 @@
 """A search SIGKILLed at points drawn by a seeded RNG, each followed by `--resume`, finishes with every
 finished trial kept once: one parent run, and the ledger, the MLflow trial runs and the Optuna study
-holding the same trials (DESIGN.md "Crash anywhere, lose nothing").
+holding the same trials (docs/design.md "Crash anywhere, lose nothing").
 
 Each kill lands where the test says (kill_points.py wraps the driver's own functions), never at a
 moment a clock picked. One of them tears Ray Tune's experiment state mid-copy, so that resume must

@@ -1,6 +1,6 @@
 """A real `mlflow server` on loopback that goes away in the middle of a search, for longer than MLflow's client
 retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES=0, MLflow's own setting, as cli_env gives every test), and comes back
-on the same port (DESIGN.md "Crash anywhere, lose nothing").
+on the same port (docs/design.md "Crash anywhere, lose nothing").
 
 1. Silent past `tracking.grace_seconds`: the search stops as interrupted (exit 130) with the command that
    resumes it, and loses nothing.

@@ -1,5 +1,5 @@
 """`autospeed search --script SCRIPT --space SPACE -- ARGS` and `autospeed train --script SCRIPT --config
-best.yaml -- ARGS` end to end (DESIGN.md "User scripts"), run as a user runs them: the CLI in a subprocess,
+best.yaml -- ARGS` end to end (docs/design.md "User scripts"), run as a user runs them: the CLI in a subprocess,
 on the tiny script of tests/script/conftest.py (flags in its docstring).
 
 Each search costs a Python and a Ray start-up (about 25 s on 2 busy cores): a test runs one, and checks

@@ -1,4 +1,4 @@
-"""A script as its author wrote it (DESIGN.md round 4, "User scripts, as written"): run alone it is plain
+"""A script as its author wrote it (docs/design.md round 4, "User scripts, as written"): run alone it is plain
 PyTorch (no target, no budget, no stop on NaN); every loop shape steps (a `while True` loop with its own
 batch function); Accelerate's names (prepare, clip_grad_norm_ under fp16, a reusable autocast); an optimizer
 built elsewhere takes optimizer_impl; `schedule: script` keeps the script's own LR function.

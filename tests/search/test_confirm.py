@@ -1,6 +1,6 @@
 """Confirmation runs end to end: the test run's finished search (tests/conftest.py), its MLflow
 confirmation child runs, the exported `measured` section, and the environment warning of
-`autospeed train` (DESIGN.md "Confirmation runs", "Exported recipe")."""
+`autospeed train` (docs/design.md "Confirmation runs", "Exported recipe")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Confirmation of a long job (DESIGN.md "Long jobs: predicted time to target", issue 27 "Confirmation
+"""Confirmation of a long job (docs/design.md "Long jobs: predicted time to target", issue 27 "Confirmation
 stays measured"): trials that only have a predicted TTA are confirmed; every confirmation run trains with
 confirm.max_train_seconds (the production budget), which best.yaml carries; a baseline TTA given by the user
 is not re-run, and the speed-up against it claims no interval; the cost is printed in baseline runs.

@@ -1,4 +1,4 @@
-"""Everything a person reads marks a predicted TTA as one (issue 27, DESIGN.md "Long jobs: predicted time to
+"""Everything a person reads marks a predicted TTA as one (issue 27, docs/design.md "Long jobs: predicted time to
 target"): the trial rows read back from MLflow, the leaderboard and its CSV, the live view, the report.
 
 The store mimics a search with `predict` (tracking layout of autospeed/track/layout.py), written here with

@@ -1,6 +1,6 @@
 """`autospeed report` (autospeed.show.report), on a store built here (the live view: tests/show/test_live.py).
 
-The store mimics a finished search (DESIGN.md "Tracking layout"): a parent run, child
+The store mimics a finished search (docs/design.md "Tracking layout"): a parent run, child
 trial runs with per-evaluation metric histories, confirmation runs, and the Optuna
 study file under the storage path. The real-search, real-browser check is
 tests/show/test_browser.py.
@@ -177,7 +177,7 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
 
 
 def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cli_in_process):
-    """DESIGN.md "Tracking layout": every run records its node; a search whose trials ran on
+    """docs/design.md "Tracking layout": every run records its node; a search whose trials ran on
     more than one node (or device) says so, with a node column, in both tables."""
     from autospeed.track import runs as res
     from autospeed.track import layout as t

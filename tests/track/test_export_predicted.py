@@ -1,4 +1,4 @@
-"""`autospeed export` of a long job's search (DESIGN.md "Long jobs: predicted time to target"): an
+"""`autospeed export` of a long job's search (docs/design.md "Long jobs: predicted time to target"): an
 unconfirmed export of a trial that only has a predicted TTA says `tta_source: predicted` with the interval and
 never writes the prediction as `tta_seconds`; the printed line marks it (`~412 s [300-560]`); the recipe
 carries the search's production budget (confirm.max_train_seconds). No training: the search is written into

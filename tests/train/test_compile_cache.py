@@ -1,4 +1,4 @@
-"""The compile cache shipped with a recipe (DESIGN.md "Compile cache shipped with a recipe"): a compiled
+"""The compile cache shipped with a recipe (docs/design.md "Compile cache shipped with a recipe"): a compiled
 confirmation-style run (a fresh process) saves torch's cache artifacts; the search logs them on the winner's
 trial run; `autospeed export` writes them beside best.yaml and names them in `measured`; `autospeed train` on a
 new machine (an empty TORCHINDUCTOR_CACHE_DIR) loads them and finds every compiled graph there, by torch's own
