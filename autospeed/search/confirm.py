@@ -48,6 +48,7 @@ from autospeed.search._ray import stop_ray
 from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 from autospeed.space import SearchSpec
 from autospeed.train.script_options import is_script
+from autospeed.search.confirm_ledger import finished_runs
 from autospeed.train.process import train_in_fresh_process
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
@@ -251,15 +252,22 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
           f"({of_total} runs)", file=console, flush=True)
     done = 0
     caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
+    end_killed(client, parent, t.KIND_CONFIRM)  # a run a killed process left RUNNING: closed, trained again
+    kept = finished_runs(client, parent, t.KIND_CONFIRM, trials_total)  # a resume trains none of these again
 
     def run_round(r: int) -> None:
         nonlocal done
         for i, c in enumerate(candidates):
             seed = c.recipe.seed + SEED_OFFSET + r
-            result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec,
-                                   compile_cache_to=_cache_file(caches.name, i, c))
+            result = kept.get((c.trial_id, r))
+            if result is not None:
+                c.record(result)
+            else:
+                result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec,
+                                       compile_cache_to=_cache_file(caches.name, i, c))
             done += 1
-            print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}",
+            print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}"
+                  + (" (finished before the resume: kept)" if (c.trial_id, r) in kept else ""),
                   file=console, flush=True)
 
     with caches:

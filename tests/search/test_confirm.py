@@ -299,3 +299,45 @@ def test_rounds_stop_at_the_first_look_where_the_winner_separates_at_the_sequent
     assert 3 <= rounds < 7 and separated([fast, slow, base], level)
     cut = [_cand(c.trial_id, c.ttas[:rounds - 1], c.baseline) for c in (fast, slow, base)]
     assert rounds == 3 or not separated(cut, level)  # the look before did not separate
+
+
+def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_one_left_running(
+        searched, tmp_path, monkeypatch):
+    """A search SIGKILLed in its last confirmation round, then resumed: the finished runs are kept as samples, the
+    run left RUNNING is closed KILLED, and only the missing runs train again (before, every run trained again: 14
+    finished confirmation runs where 9 were planned, and runs RUNNING forever)."""
+    import shutil
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from autospeed.search.confirm import run_confirmation
+    from autospeed.space import SearchSpec
+
+    shutil.copyfile(searched.folder / "mlflow.db", tmp_path / "mlflow.db")  # the shared search stays as it is
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = searched.runs(t.KIND_SEARCH)[0]
+    latest = str(int(parent.data.metrics[t.M_CONFIRM_TRIALS]))
+
+    def confirm_runs():
+        runs = client.search_runs([parent.info.experiment_id], max_results=1000,
+                                  filter_string=f"tags.`{t.TAG_KIND}` = 'confirm'")
+        return [r for r in runs if r.data.tags[t.TAG_CONFIRM_TRIALS] == latest]
+
+    by_round = sorted(confirm_runs(), key=lambda r: r.info.start_time)
+    assert len(by_round) == (TOP_K + 1) * REPEATS
+    *_, in_flight, never_started = by_round  # killed during the last round's first run: the second never began
+    client.delete_run(never_started.info.run_id)
+    client.update_run(in_flight.info.run_id, status="RUNNING")
+    monkeypatch.syspath_prepend(str(searched.folder))  # the probe plugin, for the fresh training processes too
+    started = time.time() * 1000
+
+    outcome = run_confirmation(client, SearchSpec.model_validate(searched.space), parent.info.run_id,
+                               parent.data.tags[t.TAG_SEARCH_ID], console=open(os.devnull, "w"))
+
+    after = confirm_runs()
+    assert client.get_run(in_flight.info.run_id).info.status == "KILLED"
+    trained = [r for r in after if r.info.start_time >= started]
+    assert len(trained) == 2  # the killed run and the one never started; the other 4 were kept
+    assert sum(r.info.status == "FINISHED" for r in after) == (TOP_K + 1) * REPEATS
+    assert outcome.repeats == REPEATS and all(len(c.ttas) == REPEATS for c in outcome.candidates)
