@@ -206,14 +206,15 @@ def _threads(spec: SearchSpec) -> int | None:
 
 def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: str | None = None):
     """One confirmation or ablation run: in a fresh process (data-parallel: on Ray Train workers, as in its
-    trial), never in this driver. `compile_cache_to`: where a compiled run in a fresh process leaves its
-    torch.compile cache (autospeed.train.compile_cache; none from data-parallel workers)."""
+    trial), never in this driver, compiling from a new empty inductor cache unless `confirm.compile_cache: warm`.
+    `compile_cache_to`: where a compiled run in a fresh process leaves its torch.compile cache
+    (autospeed.train.compile_cache; none from data-parallel workers)."""
     from autospeed.search.data_parallel import train_on_workers
 
     threads = _threads(spec)
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers
         return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
-    return train_in_fresh_process(recipe, threads, compile_cache_to)
+    return train_in_fresh_process(recipe, threads, compile_cache_to, compile_cache=spec.confirm.compile_cache)
 
 
 def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
