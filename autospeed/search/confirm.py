@@ -213,7 +213,8 @@ def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: st
 
     threads = _threads(spec)
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers
-        return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
+        return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0,
+                                compile_cache=spec.confirm.compile_cache)
     return train_in_fresh_process(recipe, threads, compile_cache_to, compile_cache=spec.confirm.compile_cache)
 
 

@@ -89,3 +89,32 @@ def test_confirmation_trains_cold_unless_the_space_file_asks_for_warm(monkeypatc
         assert asked.pop() == expected
     with pytest.raises(pydantic.ValidationError, match="compile_cache"):
         SearchSpec.model_validate({**spec, "confirm": {"compile_cache": "lukewarm"}})
+
+
+def test_a_data_parallel_confirmation_run_compiles_cold_on_its_workers(monkeypatch):
+    """Data-parallel confirmation runs (Ray Train workers) get the space file's setting too, and a cold run's
+    workers point inductor (and Triton) at the run's own folder before training."""
+    import os
+
+    from autospeed.search import data_parallel
+    from autospeed.search.confirm import train_like_production
+    from autospeed.space import SearchSpec
+    from autospeed.train import trainer
+
+    asked = []
+    monkeypatch.setattr(data_parallel, "train_on_workers", lambda recipe, cpus, gpus, compile_cache:
+                        asked.append(compile_cache))
+    spec = {"name": "n", "workload": "digits", "target_accuracy": 0.9, "budget": {"trials": 1},
+            "space": {"lr": {"loguniform": [0.01, 0.1]}}}
+    for confirm, expected in (({}, "cold"), ({"compile_cache": "warm"}, "warm")):
+        train_like_production(Recipe(**REACHES, workers=2), SearchSpec.model_validate({**spec, "confirm": confirm}))
+        assert asked.pop() == expected
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/shared")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)  # restored after: the worker sets it
+    monkeypatch.setattr(trainer, "train", lambda recipe, num_threads: (os.environ["TORCHINDUCTOR_CACHE_DIR"],
+                                                                        os.environ.get("TRITON_CACHE_DIR")))
+    config = {"recipe": Recipe(**REACHES).model_dump_json(), "threads": 1}
+    assert data_parallel._recipe_worker({**config, "inductor_cache_dir": None})[0] == "/shared"
+    assert data_parallel._recipe_worker({**config, "inductor_cache_dir": "/run/inductor"}) == (
+        "/run/inductor", "/run/inductor/triton")
