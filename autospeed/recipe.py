@@ -123,6 +123,10 @@ class Measured(_Strict):
     # `autospeed train` loads it before compiling (autospeed.train.compile_cache); absent for a recipe that does
     # not compile or was not confirmed
     compile_cache: str | None = None
+    # the inductor cache the confirmation runs compiled from, so the compile cost the TTAs and speed-up above
+    # include: cold (an empty one per run, as production pays on a new machine) or warm (the search machine's
+    # shared one: a new machine pays more); absent when not confirmed
+    compile_cache_state: Literal["cold", "warm"] | None = None
 
 
 class Recipe(_Strict):

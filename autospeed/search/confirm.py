@@ -108,6 +108,7 @@ class ConfirmOutcome:
     # confirm.baseline_tta_seconds: the baseline's TTA given, not re-run (`baseline` then only holds its recipe)
     baseline_given_seconds: float | None = None
     baseline_note: str = ""
+    compile_cache: str = t.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
 
     @property
     def baseline_tta_seconds(self) -> float | None:
@@ -273,6 +274,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
 
         outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
                           given_note=spec.confirm.baseline_tta_note)
+        outcome.compile_cache = spec.confirm.compile_cache
         _log_parent(client, parent_run_id, outcome, trials_total)
         if outcome.winner is not None:
             _log_compile_cache(client, outcome.winner,
@@ -423,6 +425,7 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     values[t.M_CONFIRM_REMEASURE_LOW], values[t.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
     tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
     tags[t.TAG_CONFIRM_BASELINE_SOURCE] = t.BASELINE_GIVEN if given else t.BASELINE_MEASURED
+    tags[t.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
     if given:
         tags[t.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
