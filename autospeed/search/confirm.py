@@ -250,9 +250,12 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     against = (f"against the baseline's given TTA, {given:g} s ({spec.confirm.baseline_tta_note}), not re-run"
                if given is not None else "and the baseline")
     with_budget = f", a {budget:g} s train budget" if budget is not None else ""
+    compiling = "" if all(c.recipe.compile == "none" for c in candidates) else (
+        " compiling from an empty inductor cache of its own (confirm.compile_cache: cold)"
+        if spec.confirm.compile_cache == "cold" else " compiling from this machine's inductor cache (warm)")
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) {against}: "
-          f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process "
-          f"({of_total} runs)", file=console, flush=True)
+          f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process"
+          f"{compiling} ({of_total} runs)", file=console, flush=True)
     done = 0
     caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
 
