@@ -118,3 +118,22 @@ def test_a_data_parallel_confirmation_run_compiles_cold_on_its_workers(monkeypat
     assert data_parallel._recipe_worker({**config, "inductor_cache_dir": None})[0] == "/shared"
     assert data_parallel._recipe_worker({**config, "inductor_cache_dir": "/run/inductor"}) == (
         "/run/inductor", "/run/inductor/triton")
+
+
+def test_a_cold_confirmation_run_compiles_away_from_the_shared_folder_and_still_saves_the_shipped_cache(
+        tmp_path, monkeypatch):
+    """The one compile in this file: a compiled recipe trained as confirmation trains it (cold) writes nothing
+    to the machine's shared inductor folder, and its torch.compile cache artifacts (what export ships beside
+    best.yaml) are still saved."""
+    shared = tmp_path / "shared-inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
+    cache = tmp_path / "compile-cache.bin"
+    recipe = Recipe(workload="digits", target_accuracy=0.2, max_train_seconds=120, epochs=1, eval_every_epochs=1,
+                    batch_size=100, lr=0.05, compile="default")
+
+    result = train_in_fresh_process(recipe, 1, compile_cache_to=str(cache))
+
+    assert result.applied["compile"] == "default" and result.error is None, result.error
+    assert result.compile_seconds > 0
+    assert not shared.exists() or not any(shared.iterdir()), sorted(p.name for p in shared.iterdir())
+    assert cache.stat().st_size > 0
