@@ -127,6 +127,10 @@ class Measured(_Strict):
     # a user's script (workload: script): the knobs of this recipe that are the script's own, its
     # autospeed.init(defaults=...) kept as they were (its own schedule and optimizer among them, `script`)
     script_own: list[str] | None = None
+    # the inductor cache the confirmation runs compiled from, so the compile cost the TTAs and speed-up above
+    # include: cold (an empty one per run, as production pays on a new machine) or warm (the search machine's
+    # shared one: a new machine pays more); absent when not confirmed
+    compile_cache_state: Literal["cold", "warm"] | None = None
 
 
 class Recipe(_Strict):

@@ -113,6 +113,9 @@ class Confirm(_Strict):
     # the baseline, and the speed-up is against this number; `baseline_tta_note` says where it came from
     baseline_tta_seconds: float | None = Field(None, gt=0)
     baseline_tta_note: str = ""
+    # the inductor cache each confirmation and ablation run compiles from: cold, a new empty folder per run (the
+    # compile a production run pays on a new machine); warm, the machine's shared one (what earlier runs left)
+    compile_cache: Literal["cold", "warm"] = "cold"
 
     @model_validator(mode="after")
     def _note_with_tta(self) -> "Confirm":

@@ -107,7 +107,7 @@ def main() -> None:
         search_machine = work / "search-machine-inductor"
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(search_machine)  # the spawned process inherits it
         made = train_in_fresh_process(recipe.model_copy(update={"measured": None}), None,
-                                      compile_cache_to=str(work / CACHE_FILE))
+                                      compile_cache_to=str(work / CACHE_FILE), compile_cache="warm")
         del os.environ["TORCHINDUCTOR_CACHE_DIR"]
         cache_mb = (work / CACHE_FILE).stat().st_size / 1e6
         print(f"cache made by a fresh process: {cache_mb:.2f} MB, its own first step "

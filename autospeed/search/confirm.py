@@ -50,9 +50,10 @@ from autospeed.space import SearchSpec
 from autospeed.train.script_options import is_script
 from autospeed.search.confirm_ledger import finished_runs
 from autospeed.train.process import train_in_fresh_process
+from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
+                                         format_interval)
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
-CONFIDENCE = 0.9  # of every printed speed-up interval
 
 
 @dataclass
@@ -109,6 +110,7 @@ class ConfirmOutcome:
     # confirm.baseline_tta_seconds: the baseline's TTA given, not re-run (`baseline` then only holds its recipe)
     baseline_given_seconds: float | None = None
     baseline_note: str = ""
+    compile_cache: str = t.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
 
     @property
     def baseline_tta_seconds(self) -> float | None:
@@ -207,14 +209,16 @@ def _threads(spec: SearchSpec) -> int | None:
 
 def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: str | None = None):
     """One confirmation or ablation run: in a fresh process (data-parallel: on Ray Train workers, as in its
-    trial), never in this driver. `compile_cache_to`: where a compiled run in a fresh process leaves its
-    torch.compile cache (autospeed.train.compile_cache; none from data-parallel workers)."""
+    trial), never in this driver, compiling from a new empty inductor cache unless `confirm.compile_cache: warm`.
+    `compile_cache_to`: where a compiled run in a fresh process leaves its torch.compile cache
+    (autospeed.train.compile_cache; none from data-parallel workers)."""
     from autospeed.search.data_parallel import train_on_workers
 
     threads = _threads(spec)
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers
-        return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0)
-    return train_in_fresh_process(recipe, threads, compile_cache_to)
+        return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0,
+                                compile_cache=spec.confirm.compile_cache)
+    return train_in_fresh_process(recipe, threads, compile_cache_to, compile_cache=spec.confirm.compile_cache)
 
 
 def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
@@ -247,9 +251,12 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     against = (f"against the baseline's given TTA, {given:g} s ({spec.confirm.baseline_tta_note}), not re-run"
                if given is not None else "and the baseline")
     with_budget = f", a {budget:g} s train budget" if budget is not None else ""
+    compiling = "" if all(c.recipe.compile == "none" for c in candidates) else (
+        " compiling from an empty inductor cache of its own (confirm.compile_cache: cold)"
+        if spec.confirm.compile_cache == "cold" else " compiling from this machine's inductor cache (warm)")
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) {against}: "
-          f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process "
-          f"({of_total} runs)", file=console, flush=True)
+          f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process"
+          f"{compiling} ({of_total} runs)", file=console, flush=True)
     done = 0
     caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
     end_killed(client, parent, t.KIND_CONFIRM)  # a run a killed process left RUNNING: closed, trained again
@@ -279,6 +286,7 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
 
         outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
                           given_note=spec.confirm.baseline_tta_note)
+        outcome.compile_cache = spec.confirm.compile_cache
         _log_parent(client, parent_run_id, outcome, trials_total)
         if outcome.winner is not None:
             _log_compile_cache(client, outcome.winner,
@@ -304,20 +312,6 @@ def _log_compile_cache(client, winner: Candidate, path: str | None, console) -> 
     print(f"compile cache of the confirmed best: {os.path.getsize(path) / 1e6:.1f} MB of torch.compile artifacts "
           f"from its last confirmation run, logged on its trial run (autospeed export writes it beside the recipe)",
           file=console, flush=True)
-
-
-def compute_line(outcome: ConfirmOutcome) -> str:
-    """`confirmation compute: 6 runs, 41.3 s of train clock = 3.2 baseline runs` (the baseline's median TTA,
-    measured or given)."""
-    runs, n = outcome.compute_baseline_runs, sum(len(c.train_seconds) for c in outcome.candidates)
-    base = f"{runs:.2f}" if runs is not None else "? (the baseline's median run missed its target:)"
-    return f"confirmation compute: {n} runs, {outcome.compute_seconds:.1f} s of train clock = {base} baseline runs"
-
-
-def describe(result) -> str:
-    tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else str(result.status)
-    wall = getattr(result, "wall_to_target_seconds", None)
-    return tta + (f", wall to target {wall:.2f} s" if wall is not None else "")
 
 
 def confirm_rounds(candidates: list[Candidate], repeats: int, max_repeats: int, run_round,
@@ -429,55 +423,8 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     values[t.M_CONFIRM_REMEASURE_LOW], values[t.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
     tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
     tags[t.TAG_CONFIRM_BASELINE_SOURCE] = t.BASELINE_GIVEN if given else t.BASELINE_MEASURED
+    tags[t.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
     if given:
         tags[t.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
     t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
     client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
-
-
-def format_interval(outcome: ConfirmOutcome) -> str:
-    """'90% interval over the seeds: 4.9x to 7.9x', or why there is none."""
-    low, high = outcome.speedup_interval
-    if low is None or high is None:
-        return outcome.interval_note or "no interval"
-    high_text = f"{high:.2f}x" if math.isfinite(high) else "unbounded"
-    level = f"{CONFIDENCE:.0%} interval over the seeds"
-    if outcome.confidence > CONFIDENCE:
-        level += f" (each look at {outcome.confidence:.1%})"
-    text = f"{level}: {low:.2f}x to {high_text}"
-    p_low, p_high = outcome.remeasure_interval
-    if p_low is not None:
-        text += (f"; a re-measurement with {REMEASURE_RUNS} fresh runs a side is predicted at {p_low:.2f}x to "
-                 f"{p_high:.2f}x (90%)")
-    return text
-
-
-def format_confirmation(outcome: ConfirmOutcome) -> str:
-    """A plain-text table: each confirmed recipe's median, min and max TTA over the repeats, and its wall."""
-    base = outcome.baseline_tta_seconds
-    lines = [f"confirmation: {outcome.repeats} interleaved repeats per recipe, new seeds, each in a fresh process; "
-             f"TTA in train-clock seconds, wall = process start to target; search TTA ~: predicted",
-             f"  {'recipe':<16} {'search TTA':>10} {'median':>8} {'min':>8} {'max':>8} {'reached':>8} "
-             f"{'wall':>8} {'vs base':>8}"]
-    order = sorted(outcome.candidates, key=lambda c: c.median if c.median is not None else math.inf)
-    fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
-    for c in order:
-        got = c.reached
-        vs = (f"{base / c.median:.2f}x" if base and c.median else "-")
-        mark = " <- confirmed best" if c is outcome.winner else ""
-        search = fmt(c.search_tta_seconds) if c.search_predicted is None else f"~{c.search_predicted[0]:.2f}"
-        lines.append(f"  {c.label[-16:]:<16} {search:>10} {fmt(c.median):>8} "
-                     f"{fmt(min(got) if got else None):>8} {fmt(max(got) if got else None):>8} "
-                     f"{len(got):>4}/{len(c.ttas):<3} {fmt(c.wall_median):>8} {vs:>8}{mark}")
-    if outcome.baseline_given_seconds is not None:
-        lines.append(f"  {'baseline':<16} {'':>10} {fmt(base):>8}  given ({outcome.baseline_note}), not re-run")
-    if outcome.speedup is not None and outcome.baseline_given_seconds is not None:
-        low, high = outcome.speedup_range
-        spread = f", {low:.2f}x to {high:.2f}x over its runs" if low is not None else ""
-        lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (given baseline TTA / "
-                     f"its median{spread}); {outcome.interval_note}")
-    elif outcome.speedup is not None:
-        wall = f"; wall to target {outcome.wall_speedup:.2f}x" if outcome.wall_speedup else ""
-        lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (ratio of medians), "
-                     f"{format_interval(outcome)}{wall}")
-    return "\n".join(lines)

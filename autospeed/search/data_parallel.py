@@ -91,11 +91,17 @@ def _recipe_worker(config: dict[str, Any]):
     hands rank 0's return value back as the run's `return_value`."""
     from autospeed.train.trainer import train
 
+    if config.get("inductor_cache_dir"):  # a cold compile: the run's own empty folder, shared by its workers
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = config["inductor_cache_dir"]
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(config["inductor_cache_dir"], "triton")
     return train(Recipe.model_validate_json(config["recipe"]), num_threads=config["threads"])
 
 
-def train_on_workers(recipe: Recipe, cpus: float | None = None, gpus: bool | None = None):
+def train_on_workers(recipe: Recipe, cpus: float | None = None, gpus: bool | None = None,
+                     compile_cache: str = "warm"):
     """Train `recipe` on its `workers` Ray Train workers, without Tune: rank 0's TrainResult.
+    `compile_cache="cold"` (confirmation's default): the workers compile from a new empty inductor cache
+    folder (one for the run, as the workers of one node share one in production), removed after.
 
     Starts a local Ray (and stops it after) unless this process has joined one already. `cpus`:
     logical CPUs for all workers together (default: every core of this machine); `gpus`: one GPU
@@ -124,7 +130,8 @@ def train_on_workers(recipe: Recipe, cpus: float | None = None, gpus: bool | Non
     storage = tempfile.mkdtemp(prefix="autospeed-train-")  # Ray Train's run state; nothing of it is kept
     try:
         cpus, gpus = placed(ray.cluster_resources())  # what Ray sees decides (a container's CPU quota, say)
-        config = {"recipe": recipe.model_dump_json(), "threads": worker_threads(recipe.workers, cpus)}
+        config = {"recipe": recipe.model_dump_json(), "threads": worker_threads(recipe.workers, cpus),
+                  "inductor_cache_dir": os.path.join(storage, "inductor") if compile_cache == "cold" else None}
         result = fit(_recipe_worker, config, workers=recipe.workers, cpus=cpus, gpus=bool(gpus),
                      storage_path=storage, name="train")
     finally:

@@ -51,10 +51,14 @@ median over the rounds); the parent records the fix, the margin behind it (tag
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -76,10 +80,42 @@ _WARM: list[bool] = []  # non-empty once this worker process ran its untimed war
 # ---------------------------------------------------------------- one configuration, one round (a Ray task)
 def probe_config(spec_json: str, config: dict[str, Any], threads: int, round_: int = 0) -> list[dict[str, Any]]:
     """Probe one systems configuration under every maths combination at every batch size of the space, in
-    timing round `round_`; one dict (a Probe) per maths combination and batch size."""
+    timing round `round_`; one dict (a Probe) per maths combination and batch size. A compile mode's first
+    round (0, or `rounds` for the combination's rounds of its own) compiles from an empty inductor cache, so
+    its compile seconds are a new machine's (probe_decide.cold_compile_seconds), whatever earlier searches left
+    in this machine's."""
+    spec = SearchSpec.model_validate_json(spec_json)
+    if config.get("compile", "none") != "none" and round_ % spec.probe.rounds == 0:
+        with cold_inductor_cache():
+            return _probe_config(spec, config, threads, round_)
+    return _probe_config(spec, config, threads, round_)
+
+
+@contextlib.contextmanager
+def cold_inductor_cache():
+    """In this (Ray worker) process: torch.compile caches in a new empty folder (Triton's inside it), removed
+    after, the environment restored; inductor's in-memory caches cleared on the way in and out."""
+    from torch._inductor.utils import clear_caches
+
+    folder = tempfile.mkdtemp(prefix="autospeed-probe-inductor-")
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = folder, os.path.join(folder, "triton")
+    clear_caches()
+    try:
+        yield folder
+    finally:
+        clear_caches()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _probe_config(spec: SearchSpec, config: dict[str, Any], threads: int, round_: int) -> list[dict[str, Any]]:
     from autospeed.train.trainer import train
 
-    spec = SearchSpec.model_validate_json(spec_json)
     workload = _probe_workload(spec)
     combos = maths_combinations(spec)
     if not _WARM:  # a fresh worker's one-time costs (first allocations, thread pools, each optimizer's and

@@ -223,13 +223,22 @@ def verdict(mine: Cells, base: Cells) -> Verdict | None:
     return Verdict(math.exp(statistics.fmean(logs)), base_noise(base, rounds)) if logs else None
 
 
+def cold_compile_seconds(per: dict[int, Probe]) -> float | None:
+    """One cell's (maths, batch size) compile seconds as a new process on a new machine pays them: its first
+    timing round's, the compile that found none of these graphs in inductor's on-disk cache. Later rounds find
+    what the first left there (on CPU 1.4 s against 13.4 s, experiments/results/cold_start_cache_cpu.md), as
+    would a trial and a production run on this machine, but not one elsewhere. None when that round failed."""
+    first = per[min(per)] if per else None
+    return first.compile_seconds if first is not None and first.status == OK else None
+
+
 def repaid(config: dict[str, Any], cells: Cells, speed: float, budget_seconds: float) -> bool:
-    """A compile mode pays for itself when its compile seconds are below what its faster steps save in a
-    trial that runs its whole budget: budget x (1 - 1/speed). Eager configurations always qualify."""
+    """A compile mode pays for itself when its cold compile seconds (cold_compile_seconds, the mean over cells)
+    are below what its faster steps save in a run of the whole budget: budget x (1 - 1/speed). Eager
+    configurations always qualify."""
     if config.get("compile", "none") == "none":
         return True
-    compile_seconds = [p.compile_seconds for per in cells.values() for p in per.values()
-                       if p.status == OK and p.compile_seconds is not None]
+    compile_seconds = [s for s in map(cold_compile_seconds, cells.values()) if s is not None]
     if not compile_seconds:
         return False
     return statistics.fmean(compile_seconds) < budget_seconds * (1.0 - 1.0 / speed)
@@ -266,8 +275,8 @@ def combination(spec: SearchSpec, configs: list[dict[str, Any]], probes: list[Pr
 
 
 def summary(cells: Cells) -> list[Probe]:
-    """Per (maths, batch size) of one configuration: one Probe for all its rounds (median samples/s and
-    compile seconds, largest peak memory; the first bad status where any round was not ok)."""
+    """Per (maths, batch size) of one configuration: one Probe for all its rounds (median samples/s, the first
+    round's cold compile seconds, largest peak memory; the first bad status where any round was not ok)."""
     out = []
     for per in cells.values():
         rounds = [per[r] for r in sorted(per)]
@@ -277,7 +286,7 @@ def summary(cells: Cells) -> list[Probe]:
                   applied=first.applied, error=bad.error if bad else None)
         if bad is None:
             p.samples_per_second = statistics.median(q.samples_per_second for q in rounds)
-            p.compile_seconds = statistics.median(q.compile_seconds or 0.0 for q in rounds)
+            p.compile_seconds = cold_compile_seconds(per) or 0.0
             p.peak_memory_mb = max((q.peak_memory_mb for q in rounds if q.peak_memory_mb is not None), default=None)
         out.append(p)
     return out

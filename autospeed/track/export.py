@@ -133,6 +133,8 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
         measured.wall_to_target_seconds_median = m.get(t.M_CONFIRM_WALL_MEDIAN)
         measured.baseline_wall_to_target_seconds_median = m.get(t.M_CONFIRM_BASELINE_WALL_MEDIAN)
         measured.wall_speedup_vs_baseline = m.get(t.M_CONFIRM_WALL_SPEEDUP)
+        # a search confirmed before the tag existed compiled from the machine's shared (warm) folder
+        measured.compile_cache_state = parent.data.tags.get(t.TAG_CONFIRM_COMPILE_CACHE, t.COMPILE_CACHE_WARM)
         _add_ablation(measured, parent.data.tags.get(t.TAG_ABLATION))
     elif best.reached:
         measured.tta_source = t.TTA_MEASURED
@@ -160,10 +162,22 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
               f"# TTA is train-clock seconds to {recipe.resolved_target.describe()} on "
               f"{f'{recipe.workers} data-parallel workers (one device each) on ' if recipe.workers > 1 else ''}"
               f"{env.get('device_name', 'the search machine')}, "
-              f"{how}; `measured` is ignored by training.\n{budget_note}"
+              f"{how}; `measured` is ignored by training.\n{budget_note}{_compile_note(measured, recipe)}"
               + ("# measured.compile_cache: torch.compile's cache artifacts of this recipe (a confirmation run's), "
                  "loaded by `autospeed train` before it compiles.\n" if measured.compile_cache else ""))
     return header + recipe.to_yaml(), best
+
+
+def _compile_note(measured: Measured, recipe) -> str:
+    """The header line saying which compile cost a compiled recipe's confirmed TTAs and speed-up include."""
+    if not measured.confirmed or recipe.compile == "none":
+        return ""
+    if measured.compile_cache_state == t.COMPILE_CACHE_COLD:
+        return ("# compile: cold. Each confirmation run compiled from an empty inductor cache, as on a new machine; "
+                "TTA and speed-up include that compile (measured.compile_cache_state).\n")
+    return ("# compile: WARM. The confirmation runs compiled from the search machine's inductor cache, where "
+            "earlier runs' graphs were found: a new machine pays more compile than TTA and speed-up include "
+            "(measured.compile_cache_state; confirm.compile_cache: cold measures it).\n")
 
 
 def _add_ablation(measured: Measured, tag: str | None) -> None:

@@ -111,6 +111,11 @@ M_CONFIRM_TRIALS = "confirm_trials_total"  # trials the confirmation chose from 
 TAG_CONFIRM_BASELINE_SOURCE = "autospeed.confirm_baseline_source"
 TAG_CONFIRM_BASELINE_NOTE = "autospeed.confirm_baseline_note"
 BASELINE_MEASURED, BASELINE_GIVEN = "measured", "given"
+# confirm.compile_cache, on the parent: the inductor cache every confirmation and ablation run compiled from, so
+# which compile cost the confirmed TTAs and speed-up include: cold (a new empty folder per run, as a new machine
+# pays) or warm (the machine's shared folder). A search without the tag confirmed warm (before it existed).
+TAG_CONFIRM_COMPILE_CACHE = "autospeed.confirm_compile_cache"
+COMPILE_CACHE_COLD, COMPILE_CACHE_WARM = "cold", "warm"
 # what the search cost, on the parent: confirmation runs' train clock, and the probe and trials' wall seconds,
 # each also in baseline runs (/ the baseline's median TTA, measured or given)
 M_CONFIRM_COMPUTE_SECONDS = "confirm_compute_seconds"

@@ -13,6 +13,11 @@ process that does nothing else:
   interpreter start, imports and data loading are in its `wall_to_target_seconds`, which counts from
   the process's start (autospeed.train.result). The process is not a daemon: its DataLoader may start
   worker processes, which a daemonic process may not (a multiprocessing.Pool worker failed every such run).
+* Its compile from an empty inductor cache (`compile_cache="cold"`, confirmation's default: the space file's
+  `confirm.compile_cache`): the process gets a new empty TORCHINDUCTOR_CACHE_DIR of its own (and TRITON_CACHE_DIR
+  in it), removed after, so a compiled recipe pays the compile a production run pays on a new machine, not the
+  near-free one of graphs an earlier run on this machine left in the shared folder (TTA 3.71 s warm against
+  15.84 s on a new machine, experiments/results/cold_start_cache_cpu.md). `warm` keeps the inherited folder.
 
 This module imports the trainer only (no Ray, MLflow or Optuna), so neither does the process.
 """
@@ -20,9 +25,14 @@ This module imports the trainer only (no Ray, MLflow or Optuna), so neither does
 from __future__ import annotations
 
 import multiprocessing
+import os
+import shutil
 import signal
+import tempfile
 
 from autospeed.recipe import Recipe
+
+COLD, WARM = "cold", "warm"  # the inductor cache a fresh process compiles from: empty and its own, or inherited
 
 
 def _ignore_ctrl_c() -> None:
@@ -43,9 +53,13 @@ def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | Non
     return result
 
 
-def _run_and_send(send, fn, args) -> None:
-    """The fresh process: run fn(*args), send its value (or the exception it raised) back, exit."""
+def _run_and_send(send, fn, args, inductor_cache_dir: str | None = None) -> None:
+    """The fresh process: run fn(*args), send its value (or the exception it raised) back, exit. With
+    `inductor_cache_dir`, torch.compile caches there (and Triton under it), before anything compiles."""
     _ignore_ctrl_c()
+    if inductor_cache_dir is not None:  # read by inductor at each use (cache_dir_utils), inherited by a script
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(inductor_cache_dir, "triton")
     # A spawned process makes "spawn" its own default start method, so a DataLoader here would spawn its
     # workers (a new interpreter importing torch, every epoch unless persistent) where `autospeed train` forks
     # them: on an H100 the winner's confirmation runs read a third of its trial's samples/s. Back to the
@@ -62,14 +76,28 @@ def _run_and_send(send, fn, args) -> None:
     send.close()
 
 
-def in_fresh_process(fn, *args):
+def in_fresh_process(fn, *args, compile_cache: str = WARM):
     """fn(*args) in a new (spawned, not daemonic) process; its value, or the exception it raised. Leaving by an
     exception (Ctrl-C included) terminates the process, whatever it was doing; a process that dies without a
-    result (killed, a crash in native code) raises RuntimeError."""
+    result (killed, a crash in native code) raises RuntimeError. `compile_cache="cold"`: the process compiles
+    from a new empty inductor cache folder of its own, removed when it ends; "warm": the inherited one."""
+    if compile_cache not in (COLD, WARM):
+        raise ValueError(f"compile_cache must be {COLD!r} or {WARM!r}, not {compile_cache!r}")
+    if compile_cache == WARM:
+        return _in_fresh_process(fn, args, None)
+    folder = tempfile.mkdtemp(prefix="autospeed-inductor-cold-")
+    try:
+        return _in_fresh_process(fn, args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_fresh_process(fn, args, inductor_cache_dir: str | None):
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     # not daemonic: a DataLoader's workers are its children
-    process = context.Process(target=_run_and_send, args=(send, fn, args), name="autospeed-train")
+    process = context.Process(target=_run_and_send, args=(send, fn, args, inductor_cache_dir),
+                              name="autospeed-train")
     process.start()
     send.close()  # only the child holds the sending end: its death ends recv() with EOFError
     try:
@@ -92,8 +120,10 @@ def in_fresh_process(fn, *args):
     return value
 
 
-def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
-    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock. With
+def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None,
+                           compile_cache: str = COLD):
+    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock, and by
+    default (`compile_cache="cold"`) the compile from an empty inductor cache a new machine pays. With
     `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that file (the winner's is
     exported beside best.yaml)."""
-    return in_fresh_process(_train_here, recipe, threads, compile_cache_to)
+    return in_fresh_process(_train_here, recipe, threads, compile_cache_to, compile_cache=compile_cache)

@@ -43,7 +43,7 @@ def search_machine(tmp_path_factory) -> tuple[Path, Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(folder / "inductor"))  # the spawned process inherits it
         # torch's default threads, as `autospeed train` runs: inductor's CPU graphs are keyed by the thread count
-        result = train_in_fresh_process(RECIPE, None, compile_cache_to=str(cache))
+        result = train_in_fresh_process(RECIPE, None, compile_cache_to=str(cache), compile_cache="warm")
     assert result.applied["compile"] == "default" and result.error is None, result.error
     return folder / "inductor", cache
 

@@ -1,0 +1,76 @@
+"""The text of a confirmation (search/confirm.py): its table, its interval line, its cost line and one run's
+result; confirm.py re-exports them."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from autospeed.outcome import REMEASURE_RUNS
+
+if TYPE_CHECKING:
+    from autospeed.search.confirm import ConfirmOutcome
+
+CONFIDENCE = 0.9  # of every printed speed-up interval
+
+
+def compute_line(outcome: ConfirmOutcome) -> str:
+    """`confirmation compute: 6 runs, 41.3 s of train clock = 3.2 baseline runs` (the baseline's median TTA,
+    measured or given)."""
+    runs, n = outcome.compute_baseline_runs, sum(len(c.train_seconds) for c in outcome.candidates)
+    base = f"{runs:.2f}" if runs is not None else "? (the baseline's median run missed its target:)"
+    return f"confirmation compute: {n} runs, {outcome.compute_seconds:.1f} s of train clock = {base} baseline runs"
+
+
+def describe(result) -> str:
+    tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else str(result.status)
+    wall = getattr(result, "wall_to_target_seconds", None)
+    return tta + (f", wall to target {wall:.2f} s" if wall is not None else "")
+
+
+def format_interval(outcome: ConfirmOutcome) -> str:
+    """'90% interval over the seeds: 4.9x to 7.9x', or why there is none."""
+    low, high = outcome.speedup_interval
+    if low is None or high is None:
+        return outcome.interval_note or "no interval"
+    high_text = f"{high:.2f}x" if math.isfinite(high) else "unbounded"
+    level = f"{CONFIDENCE:.0%} interval over the seeds"
+    if outcome.confidence > CONFIDENCE:
+        level += f" (each look at {outcome.confidence:.1%})"
+    text = f"{level}: {low:.2f}x to {high_text}"
+    p_low, p_high = outcome.remeasure_interval
+    if p_low is not None:
+        text += (f"; a re-measurement with {REMEASURE_RUNS} fresh runs a side is predicted at {p_low:.2f}x to "
+                 f"{p_high:.2f}x (90%)")
+    return text
+
+
+def format_confirmation(outcome: ConfirmOutcome) -> str:
+    """A plain-text table: each confirmed recipe's median, min and max TTA over the repeats, and its wall."""
+    base = outcome.baseline_tta_seconds
+    lines = [f"confirmation: {outcome.repeats} interleaved repeats per recipe, new seeds, each in a fresh process; "
+             f"TTA in train-clock seconds, wall = process start to target; search TTA ~: predicted",
+             f"  {'recipe':<16} {'search TTA':>10} {'median':>8} {'min':>8} {'max':>8} {'reached':>8} "
+             f"{'wall':>8} {'vs base':>8}"]
+    order = sorted(outcome.candidates, key=lambda c: c.median if c.median is not None else math.inf)
+    fmt = lambda x: f"{x:.2f}" if x is not None else "-"  # noqa: E731
+    for c in order:
+        got = c.reached
+        vs = (f"{base / c.median:.2f}x" if base and c.median else "-")
+        mark = " <- confirmed best" if c is outcome.winner else ""
+        search = fmt(c.search_tta_seconds) if c.search_predicted is None else f"~{c.search_predicted[0]:.2f}"
+        lines.append(f"  {c.label[-16:]:<16} {search:>10} {fmt(c.median):>8} "
+                     f"{fmt(min(got) if got else None):>8} {fmt(max(got) if got else None):>8} "
+                     f"{len(got):>4}/{len(c.ttas):<3} {fmt(c.wall_median):>8} {vs:>8}{mark}")
+    if outcome.baseline_given_seconds is not None:
+        lines.append(f"  {'baseline':<16} {'':>10} {fmt(base):>8}  given ({outcome.baseline_note}), not re-run")
+    if outcome.speedup is not None and outcome.baseline_given_seconds is not None:
+        low, high = outcome.speedup_range
+        spread = f", {low:.2f}x to {high:.2f}x over its runs" if low is not None else ""
+        lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (given baseline TTA / "
+                     f"its median{spread}); {outcome.interval_note}")
+    elif outcome.speedup is not None:
+        wall = f"; wall to target {outcome.wall_speedup:.2f}x" if outcome.wall_speedup else ""
+        lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (ratio of medians), "
+                     f"{format_interval(outcome)}{wall}")
+    return "\n".join(lines)

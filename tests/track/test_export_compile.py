@@ -1,0 +1,76 @@
+"""Which compile cost a confirmed speed-up includes (DESIGN.md "Compile cost as production pays it"): the
+confirmation tags the parent with `confirm.compile_cache` (cold by default), and `autospeed export` writes it as
+`measured.compile_cache_state` and says it in the header of a compiled recipe. No training: the search and its
+confirmation outcome are written into a fresh MLflow store through confirmation's own logging."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from autospeed.outcome import Status
+from autospeed.recipe import Recipe
+from autospeed.search.confirm import Candidate, _decide, _log_parent
+from autospeed.track import layout as t
+from autospeed.track.export import best_recipe_yaml
+
+COMPILED = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, lr=0.1, compile="default")
+BASE = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, lr=0.01)
+
+
+def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> None:
+    """A finished search (a baseline and one trial) whose confirmation ran with `compile_cache` (None: a search
+    confirmed before the setting existed, whose parent has no tag)."""
+    exp = client.create_experiment("cc")
+    parent = client.create_run(exp, tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: "s1"})
+    for trial_id, recipe, baseline in (("base", BASE, True), ("t1", winner, False)):
+        run = client.create_run(exp, tags={t.TAG_PARENT: parent.info.run_id, t.TAG_KIND: t.KIND_TRIAL,
+                                           t.TAG_TRIAL_ID: trial_id, t.TAG_BASELINE: str(baseline).lower(),
+                                           t.TAG_STATUS: Status.REACHED.value, t.TAG_TTA_SOURCE: t.TTA_MEASURED})
+        t.log_batch(client, run.info.run_id, t.metrics({t.M_OBJECTIVE: 2.0, t.M_TTA: 2.0}))
+        client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
+        client.set_terminated(run.info.run_id)
+    winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
+    base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])
+    outcome = _decide([winner_c, base_c], 3)
+    if compile_cache is not None:
+        outcome.compile_cache = compile_cache
+    _log_parent(client, parent.info.run_id, outcome, 2)
+    if compile_cache is None:
+        client.delete_tag(parent.info.run_id, t.TAG_CONFIRM_COMPILE_CACHE)
+
+
+@pytest.fixture
+def client(tmp_path, new_store) -> MlflowClient:
+    return MlflowClient(new_store(tmp_path / "store"))
+
+
+@pytest.mark.parametrize("state", ["cold", "warm"])
+def test_the_export_says_which_compile_the_confirmed_speedup_includes(client, state):
+    make_confirmed_search(client, COMPILED, state)
+
+    parent = client.search_runs([client.get_experiment_by_name("cc").experiment_id],
+                                filter_string=f"tags.`{t.TAG_KIND}` = '{t.KIND_SEARCH}'")[0]
+    assert parent.data.tags[t.TAG_CONFIRM_COMPILE_CACHE] == state
+    text, best = best_recipe_yaml(client, "cc")
+    assert best.trial_id == "t1"
+    assert yaml.safe_load(text)["measured"]["compile_cache_state"] == state
+    header = [line for line in text.splitlines() if line.startswith("# compile:")]
+    assert header == [header[0]] and f"compile: {state}" in header[0].lower()
+    assert ("empty inductor cache" in header[0]) == (state == "cold")
+
+
+def test_a_search_confirmed_before_the_setting_existed_exports_as_warm(client):
+    """Before confirm.compile_cache, every confirmation run compiled from the machine's shared folder."""
+    make_confirmed_search(client, COMPILED, None)
+    text, _ = best_recipe_yaml(client, "cc")
+    assert yaml.safe_load(text)["measured"]["compile_cache_state"] == "warm"
+    assert "# compile: WARM" in text
+
+
+def test_an_eager_winner_says_its_state_but_no_compile_line(client):
+    make_confirmed_search(client, BASE.model_copy(update={"lr": 0.1}), "cold")
+    text, _ = best_recipe_yaml(client, "cc")
+    assert yaml.safe_load(text)["measured"]["compile_cache_state"] == "cold"
+    assert "# compile:" not in text
