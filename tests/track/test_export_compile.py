@@ -1,4 +1,4 @@
-"""Which compile cost a confirmed speed-up includes (DESIGN.md "Compile cost as production pays it"): the
+"""Which compile cost a confirmed speed-up includes (docs/design.md "Compile cost as production pays it"): the
 confirmation tags the parent with `confirm.compile_cache` (cold by default), and `autospeed export` writes it as
 `measured.compile_cache_state` and says it in the header of a compiled recipe. No training: the search and its
 confirmation outcome are written into a fresh MLflow store through confirmation's own logging."""
