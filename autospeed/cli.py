@@ -64,7 +64,7 @@ def cmd_train(args) -> int:
     what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
     print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
-    cache = None if args.no_compile_cache else _load_compile_cache(recipe, args.config, out)
+    cache = None if args.no_compile_cache else _shipped_compile_cache(recipe, args.config, out)
 
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         # Ray Train starts the workers and their process group; rank 0's result comes back (no live bar:
@@ -114,27 +114,10 @@ def cmd_train(args) -> int:
     return EXIT_FAILURE if result.status.infeasible else EXIT_OK
 
 
-def _load_compile_cache(recipe, config: str, out):
-    """Load the recipe's shipped compile cache (`measured.compile_cache`, a file beside the recipe) before anything
-    compiles; it fills the local inductor cache, which this process and its workers on this node read. A missing
-    or corrupt file is one warning line, and training compiles from scratch; a cache from another torch or device
-    is no error, its graphs are just not found. Returns what was loaded, or None."""
-    name = recipe.measured.compile_cache if recipe.measured is not None else None
-    if not name or recipe.compile == "none":
-        return None
-    from pathlib import Path
+def _shipped_compile_cache(recipe, config: str, out):
+    from autospeed.train.compile_cache import load_shipped  # torch: only when training
 
-    from autospeed.train import compile_cache
-
-    path = Path(config).parent / name
-    try:
-        loaded = compile_cache.load(path)
-    except compile_cache.CacheNotLoaded as e:
-        print(f"warning: {config}: compile cache not loaded: {e}; torch.compile compiles from scratch",
-              file=sys.stderr)
-        return None
-    print(f"compile cache: loaded {path} ({loaded.describe()} artifacts)", file=out)
-    return loaded
+    return load_shipped(recipe, config, out)
 
 
 def _with_script(recipe, args):

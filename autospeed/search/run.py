@@ -22,6 +22,7 @@ from autospeed.outcome import Status
 from autospeed.search import _ray
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import counted
+from autospeed.search.resume import resume_state, same_script
 from autospeed.search.storage import (SearchDir, check_writable, latest_search_dir, search_lock, search_root,
                                       write_refused)
 from autospeed.space import Param, SearchSpec
@@ -91,7 +92,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     seed = spec.sampler.seed if seed is None else seed
 
     # ---- preflight: whatever can fail before training fails here, before any run is created ----
-    state = _resume_state(spec, storage_path, trials, space_path, console) if resume else None
+    state = resume_state(spec, storage_path, trials, space_path, console) if resume else None
     total = state["trials"] if state else (trials or spec.budget.trials)
     from autospeed.workloads import check_target, load_workload
 
@@ -100,7 +101,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
 
         spec = check_script_reads(spec, space_path, console)  # the script's own defaults: the base of every run
         if state is not None:
-            spec = _same_script(spec, state, space_path)
+            spec = same_script(spec, state, space_path)
     else:
         try:  # the dataset is prepared once per search, before any trial (cached on disk)
             workload = load_workload(spec.workload, spec.workload_options)
@@ -379,60 +380,6 @@ def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent
     with t.interrupts_held():
         client.log_artifact(parent_id, str(path))
     return path
-
-
-# ---------------------------------------------------------------- resuming
-def _resume_state(spec: SearchSpec, storage_path: str | None, trials: int | None, space_path: str,
-                  console=sys.stdout) -> dict[str, Any] | None:
-    """The state of the latest search of this name to resume; None (a new search, said in one line) where there
-    is none, as Optuna's load_if_exists does: a preemption wrapper can always pass --resume."""
-    folder = latest_search_dir(storage_path, spec.name)
-    if folder is None:
-        print(f"--resume: no earlier search named '{spec.name}' under {search_root(storage_path, spec.name)}: "
-              f"starting it", file=console, flush=True)
-        return None
-    state = folder.read_state()
-    # re-validated, the stored spec gains the defaults of keys added since it was written (probe, ...)
-    stored = SearchSpec.model_validate(state["spec"]).model_dump(mode="json")
-    # how long to wait for a tracking store is the session's, not the search's: it may change on resume
-    # a script's defaults and folder are not the file's: the preflight reads them again (_same_script checks them)
-    changed = [k for k in _changed_keys(stored, spec.model_dump(mode="json"))
-               if not k.startswith(("tracking.", "script_defaults", "script_workdir"))]
-    if changed:
-        raise UserError(f"{space_path}: changed since the search started ({', '.join(changed)}); "
-                        f"restore those keys to resume, or start a new search without --resume")
-    if trials is not None and trials < state["trials"]:
-        raise UserError(f"--trials: the search '{spec.name}' has {state['trials']} trials; --resume continues or "
-                        f"extends it (--trials above {state['trials']}), never shrinks it; drop --trials, or start "
-                        f"a new search without --resume")
-    if trials is not None and trials > state["trials"]:
-        state = {**state, "trials": trials, "extended_from": state["trials"]}
-    return state
-
-
-def _same_script(spec: SearchSpec, state: dict[str, Any], space_path: str) -> SearchSpec:
-    """A resumed script search: the script's defaults as its trials so far had them (else they would measure
-    another baseline), and its runs in the folder they ran in."""
-    import json
-
-    stored = state["spec"].get("script_defaults") or {}
-    if stored and json.dumps(stored, sort_keys=True) != json.dumps(spec.script_defaults, sort_keys=True):
-        changed = sorted(k for k in {*stored, *spec.script_defaults} if stored.get(k) != spec.script_defaults.get(k))
-        raise UserError(f"{space_path}: workload_options.script: its autospeed.init(defaults=...) changed since the "
-                        f"search started ({', '.join(changed)}); restore them to resume, or start a new search "
-                        f"without --resume")
-    return spec.model_copy(update={"script_workdir": state["spec"].get("script_workdir") or spec.script_workdir})
-
-
-def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _changed_keys(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k}")
-    return out
 
 
 def sigterm_as_sigint():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,3 +94,22 @@ def graph_hits() -> tuple[int, int]:
     from torch._dynamo.utils import counters
 
     return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
+
+
+def load_shipped(recipe, config: str, out):
+    """Load the recipe's shipped compile cache (`measured.compile_cache`, a file beside the recipe) before anything
+    compiles; it fills the local inductor cache, which this process and its workers on this node read. A missing
+    or corrupt file is one warning line, and training compiles from scratch; a cache from another torch or device
+    is no error, its graphs are just not found. Returns what was loaded, or None."""
+    name = recipe.measured.compile_cache if recipe.measured is not None else None
+    if not name or recipe.compile == "none":
+        return None
+    path = Path(config).parent / name
+    try:
+        loaded = load(path)
+    except CacheNotLoaded as e:
+        print(f"warning: {config}: compile cache not loaded: {e}; torch.compile compiles from scratch",
+              file=sys.stderr)
+        return None
+    print(f"compile cache: loaded {path} ({loaded.describe()} artifacts)", file=out)
+    return loaded
