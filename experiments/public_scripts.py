@@ -274,8 +274,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folders", nargs="+", type=Path, help="scratch folders named after SCRIPTS' keys")
     p.add_argument("--out", default=str(RESULTS / "public_scripts.md"))
+    p.add_argument("--rows", type=Path, default=Path("/tmp/public_scripts_rows.json"),
+                   help="the measurements, saved as JSON (with --report-only: read back, nothing run)")
+    p.add_argument("--report-only", action="store_true", help="rewrite the results file from --rows")
     args = p.parse_args()
-    rows = [measure(folder.resolve()) for folder in args.folders]
+    if args.report_only:
+        rows = json.loads(args.rows.read_text())
+    else:
+        rows = [measure(folder.resolve()) for folder in args.folders]
+        args.rows.write_text(json.dumps(rows, indent=1))
     text = results_header("Public training scripts, converted to the knob context and searched") + report(
         rows, NOTES)
     print(text)
