@@ -153,6 +153,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--samples", "640", "--out", "{out}/own_script.md"),
         quick_writes=("own_script.md",), measures=(*SEARCH, "autospeed/script/", "examples/own_script/")),
     Experiment(
+        "public_scripts", "public_scripts.py", "public training scripts no one here wrote (pytorch/examples mnist and "
+        "word_language_model, karpathy/nanoGPT) converted to the knob context: changed lines, bit-identical run "
+        "alone, a CPU search, its export and `autospeed train` of the winner",
+        runs=(_r(*(f"/tmp/public_scripts/{n}" for n in ("mnist", "word_language_model", "nanogpt")),
+                 writes=("public_scripts.md",)),),
+        # no quick pass: it starts Ray (3 searches, about 6 minutes on 2 cores); the suite converts a GradScaler
+        # loop of its own (tests/script/test_script_ways.py)
+        note="needs the scratch folders (original/, prepared/, converted/ of each script, fetched and converted "
+             "outside the repository, as experiments/public_scripts.py describes); about 6 minutes on 2 cores",
+        measures=(*SEARCH, "autospeed/script/")),
+    Experiment(
         "kill_anywhere", "kill_anywhere.py", "searches SIGKILLed at 50+ random moments, each resumed: every "
         "finished trial kept once, and the ledger, MLflow and Optuna agree",
         runs=(_r(writes=("kill_anywhere.md",)),),

@@ -48,6 +48,32 @@ class ReusableContext:
         return self._open.pop().__exit__(*exc)
 
 
+class ScalerView:
+    """torch.amp.GradScaler's interface over a context's stepping (Stepping.grad_scaler)."""
+
+    def __init__(self, ctx: Stepping):
+        self._ctx = ctx
+
+    def scale(self, outputs):
+        self._ctx._micro_batch()
+        return self._ctx._stepper_for().scaler.scale(outputs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        ctx = self._ctx
+        if ctx.boundary and ctx._stepper_for().scaler.is_enabled() and id(optimizer) not in ctx._unscaled:
+            ctx._stepper_for().scaler.unscale_(optimizer)
+            ctx._unscaled.add(id(optimizer))
+
+    def step(self, optimizer: torch.optim.Optimizer, *args, **kwargs) -> None:
+        self._ctx.step(optimizer)
+
+    def update(self, new_scale=None) -> None:
+        pass
+
+    def __getattr__(self, name: str):  # is_enabled, get_scale, state_dict, ...: the context's scaler
+        return getattr(self._ctx._stepper_for().scaler, name)
+
+
 class Stepping:
     """The stepping half of Context (its attributes are set by Context.__init__)."""
 
@@ -162,13 +188,26 @@ class Stepping:
     def backward(self, loss: torch.Tensor) -> None:
         """loss.backward() through the fp16 gradient scaler, as the mean over the step's micro-batches. With
         batches from neither ctx.steps nor ctx.accumulate, each call is one micro-batch."""
+        self._micro_batch()
+        self._stepper_for().backward(loss)
+
+    def _micro_batch(self) -> None:
+        """A micro-batch's backward is next: counted (batches from neither ctx.steps nor ctx.accumulate)."""
         if self._source in (None, BACKWARD):
             self._source = BACKWARD
             self._training_work()
             self._next_micro(self.config.accumulation_steps, None)
         if self.step_count == 0 and not self._zeroed_between_micro:
             self._check_accumulating()
-        self._stepper_for().backward(loss)
+
+    def grad_scaler(self) -> ScalerView:
+        """torch's GradScaler, driven by the context, for a loop written with one: replace only its construction
+        (`scaler = ctx.grad_scaler()`) and keep `scaler.scale(loss).backward()`, `scaler.unscale_(opt)` before
+        your clipping, `scaler.step(opt)`, `scaler.update()`. Enabled where the recipe's precision is fp16.
+        `scale(loss)` is one micro-batch, as ctx.backward, but leaves the loss as given (such a loop divides it by
+        its accumulation steps itself: read them from ctx.config.accumulation_steps); `step(opt)` is
+        ctx.step(opt), stepping at a step's last micro-batch only; `update()` does nothing (ctx.step did it)."""
+        return ScalerView(self)
 
     def _check_accumulating(self) -> None:
         """In the first step, at a micro-batch after its first: the gradients of the ones before must still be

@@ -292,3 +292,28 @@ def test_prepare_model_gives_fp32_outputs_unless_asked_to_leave_them_as_autocast
         ctx = script_context(precision="bf16")
         net = ctx.prepare_model(nn.Linear(4, 3), fp32_outputs=fp32_outputs)
         assert net(x).dtype == dtype
+
+
+def test_grad_scaler_keeps_a_gradscaler_loop_as_written_and_steps_at_every_kth_micro_batch():
+    """A loop written with torch's GradScaler keeps it, built by ctx.grad_scaler(): under fp16 the clipping after
+    unscale_ sees the true norm, and scaler.step / scaler.update step at each accumulation_steps-th micro-batch."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    reference = nn.Linear(4, 1)
+    reference.load_state_dict(model.state_dict())
+    nn.functional.mse_loss(reference(x), y).backward()
+    true_norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm()
+
+    ctx = script_context(precision="fp16", accumulation_steps=2)
+    scaler = ctx.grad_scaler()
+    assert scaler.is_enabled() and scaler.get_scale() > 1
+    opt = ctx.optimizer(torch.optim.SGD, model.parameters(), lr=0.1)
+    for half in (slice(0, 8), slice(8, 16)):  # two micro-batches, each loss divided by 2 as such a loop does
+        scaler.scale(nn.functional.mse_loss(model(x[half]), y[half]) / 2).backward()
+    scaler.unscale_(opt)
+    assert torch.allclose(nn.utils.clip_grad_norm_(model.parameters(), 1e9), true_norm, rtol=1e-4)
+    scaler.step(opt)
+    scaler.update()
+    assert ctx.step_count == 1 and model.weight.grad is None
+    assert torch.allclose(model.weight, reference.weight.detach() - 0.1 * reference.weight.grad, atol=1e-6)
