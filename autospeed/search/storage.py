@@ -2,7 +2,7 @@
 
     <storage_path>/<name>/<search_id>/                  Ray Tune experiment (Tuner.restore reads it)
     <storage_path>/<name>/<search_id>/optuna.db         Optuna study (optuna.load_study / optuna-dashboard)
-    <storage_path>/<name>/<search_id>/autospeed_search.json   search id, parent run, space, trials, seed
+    <storage_path>/<name>/<search_id>/autospeed_search.state  search id, parent run, space, trials, seed (JSON)
     <storage_path>/<name>/<search_id>/finished/<trial id>.json  ledger: trials whose MLflow run is final
     <storage_path>/<name>/<search_id>/recipes/<recipe key>.json the first trial of each recipe, its result
     <storage_path>/<name>/<search_id>/best.yaml         the search's best recipe (as `autospeed export`)
@@ -29,7 +29,10 @@ from autospeed.errors import RunFailure, UserError
 from autospeed.yamlio import write_atomic
 
 DEFAULT_STORAGE = "autospeed_results"
-STATE_FILE = "autospeed_search.json"
+# JSON, but not named *.json: on a restore Ray Tune copies every top-level *.json of the experiment folder to its
+# staging folder and uploads that copy back now and then, over the live file (a state rolled back, and a kill
+# mid-copy left it empty: seen once in the kill-anywhere test). Searches started before keep their old name.
+STATE_FILE, OLD_STATE_FILE = "autospeed_search.state", "autospeed_search.json"
 _LEDGER_ONLY = ("baseline", "history")  # ledger keys that are not part of a trial's final report
 
 
@@ -130,7 +133,8 @@ class SearchDir:
         return self.path / "best.yaml"
 
     def read_state(self) -> dict[str, Any]:
-        return json.loads(self.state_file.read_text())
+        path = self.state_file if self.state_file.exists() else self.path / OLD_STATE_FILE
+        return json.loads(path.read_text())
 
     def write_state(self, state: dict[str, Any]) -> None:
         write_atomic(self.state_file, json.dumps(state, indent=2))
@@ -195,5 +199,6 @@ class SearchDir:
 
 def latest_search_dir(storage_path: str | None, name: str) -> SearchDir | None:
     """The most recently started search named `name` under the storage path."""
-    states = sorted(search_root(storage_path, name).glob(f"*/{STATE_FILE}"), key=lambda p: p.stat().st_mtime)
+    root = search_root(storage_path, name)
+    states = sorted([*root.glob(f"*/{STATE_FILE}"), *root.glob(f"*/{OLD_STATE_FILE}")], key=lambda p: p.stat().st_mtime)
     return SearchDir(states[-1].parent) if states else None
