@@ -68,7 +68,7 @@ class ScalerView:
         self._ctx.step(optimizer)
 
     def update(self, new_scale=None) -> None:
-        pass
+        """Nothing to do: ctx.step updated the scale at the step's last micro-batch (train/step.py)."""
 
     def __getattr__(self, name: str):  # is_enabled, get_scale, state_dict, ...: the context's scaler
         return getattr(self._ctx._stepper_for().scaler, name)

@@ -36,8 +36,8 @@ class KeptResult:
 
 def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[str, int], KeptResult]:
     """This search's finished runs of `kind` from a confirmation over `trials_total` trials (an extended search
-    confirms anew over all of its trials): {(trial id, round): result}. A run that ended KILLED, or whose status
-    tag never left `running`, is not a sample."""
+    confirms anew over all of its trials): {(trial id, round): result}. A run that ended KILLED (or never ended)
+    is not a sample."""
     runs = client.search_runs(
         [parent.info.experiment_id], max_results=5000,
         filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = '{kind}' and "
@@ -46,7 +46,7 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
     kept: dict[tuple[str, int], KeptResult] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):  # two for one pair: the later stands
         tags = run.data.tags
-        if tags.get(t.TAG_STATUS) in (None, Status.RUNNING.value, Status.KILLED.value):
+        if t.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
             continue
         kept[(tags[t.TAG_TRIAL_ID], int(tags[t.TAG_CONFIRM_REPEAT]))] = KeptResult.of(run)
     return kept

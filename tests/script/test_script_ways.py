@@ -78,15 +78,22 @@ def test_step_with_the_scripts_own_batch_function_steps_at_every_kth_backward():
     assert ctx.clock.total > 0  # its training was on the train clock
 
 
-def test_clip_grad_norm_under_fp16_unscales_the_gradients_first():
-    """precision fp16 (the gradient scaler, enabled on the CPU too): ctx.clip_grad_norm_ sees the true
-    gradient norm, not the scaled one, and the step after it applies the unscaled gradient once."""
+def _a_model_and_its_gradient():
+    """A seeded linear model, a batch, and a copy of the model with its fp32 gradient on that batch (its norm is
+    what clipping must see)."""
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
     x, y = torch.randn(16, 4), torch.randn(16, 1)
     reference = nn.Linear(4, 1)
     reference.load_state_dict(model.state_dict())
     nn.functional.mse_loss(reference(x), y).backward()
+    return model, x, y, reference
+
+
+def test_clip_grad_norm_under_fp16_unscales_the_gradients_first():
+    """precision fp16 (the gradient scaler, enabled on the CPU too): ctx.clip_grad_norm_ sees the true
+    gradient norm, not the scaled one, and the step after it applies the unscaled gradient once."""
+    model, x, y, reference = _a_model_and_its_gradient()
     true_norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm()
 
     ctx = script_context(precision="fp16")
@@ -297,12 +304,7 @@ def test_prepare_model_gives_fp32_outputs_unless_asked_to_leave_them_as_autocast
 def test_grad_scaler_keeps_a_gradscaler_loop_as_written_and_steps_at_every_kth_micro_batch():
     """A loop written with torch's GradScaler keeps it, built by ctx.grad_scaler(): under fp16 the clipping after
     unscale_ sees the true norm, and scaler.step / scaler.update step at each accumulation_steps-th micro-batch."""
-    torch.manual_seed(0)
-    model = nn.Linear(4, 1)
-    x, y = torch.randn(16, 4), torch.randn(16, 1)
-    reference = nn.Linear(4, 1)
-    reference.load_state_dict(model.state_dict())
-    nn.functional.mse_loss(reference(x), y).backward()
+    model, x, y, reference = _a_model_and_its_gradient()
     true_norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm()
 
     ctx = script_context(precision="fp16", accumulation_steps=2)
