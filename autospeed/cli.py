@@ -83,11 +83,11 @@ def cmd_train(args) -> int:
             result = train(recipe, workload, on_eval=bar.update)
         finally:
             bar.close()
-        if cache is not None and workload is not None:  # compiled here (a script or workers compile elsewhere)
-            from autospeed.train.compile_cache import graph_hits
+        # which compile this run paid (shipped cache, warm, cold); a script or workers compile in their processes
+        if workload is not None and result.applied.get("compile", "none") != "none":
+            from autospeed.train.compile_cache import hits_line
 
-            hits, misses = graph_hits()
-            print(f"compile cache: {hits} of {hits + misses} compiled graphs found in it", file=out)
+            print(hits_line(shipped=cache is not None), file=out)
     if client is not None:
         run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
