@@ -227,7 +227,7 @@ def _resume_command(args) -> str:
 def cmd_export(args) -> int:
     from autospeed.track import layout as tracking
     from autospeed.recipe import load_recipe
-    from autospeed.track.export import export, speedup_lines
+    from autospeed.track.export import compile_lines, export, speedup_lines
 
     client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
@@ -237,7 +237,7 @@ def cmd_export(args) -> int:
     tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else tta_text(best)
     print(f"wrote {path}: trial {best.trial_id}, search TTA {tta}; train it with: autospeed train --config {path}")
     measured = load_recipe(path).measured
-    for line in speedup_lines(measured):
+    for line in speedup_lines(measured) + compile_lines(measured):
         print(line)
     if measured is not None and measured.compile_cache:
         cache = path.parent / measured.compile_cache
