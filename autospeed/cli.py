@@ -83,11 +83,11 @@ def cmd_train(args) -> int:
             result = train(recipe, workload, on_eval=bar.update)
         finally:
             bar.close()
-        if cache is not None and workload is not None:  # compiled here (a script or workers compile elsewhere)
-            from autospeed.train.compile_cache import graph_hits
+        # which compile this run paid (shipped cache, warm, cold); a script or workers compile in their processes
+        if workload is not None and result.applied.get("compile", "none") != "none":
+            from autospeed.train.compile_cache import hits_line
 
-            hits, misses = graph_hits()
-            print(f"compile cache: {hits} of {hits + misses} compiled graphs found in it", file=out)
+            print(hits_line(shipped=cache is not None), file=out)
     if client is not None:
         run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
@@ -227,7 +227,7 @@ def _resume_command(args) -> str:
 def cmd_export(args) -> int:
     from autospeed.track import layout as tracking
     from autospeed.recipe import load_recipe
-    from autospeed.track.export import export, speedup_lines
+    from autospeed.track.export import compile_lines, export, speedup_lines
 
     client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
@@ -237,7 +237,7 @@ def cmd_export(args) -> int:
     tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else tta_text(best)
     print(f"wrote {path}: trial {best.trial_id}, search TTA {tta}; train it with: autospeed train --config {path}")
     measured = load_recipe(path).measured
-    for line in speedup_lines(measured):
+    for line in speedup_lines(measured) + compile_lines(measured):
         print(line)
     if measured is not None and measured.compile_cache:
         cache = path.parent / measured.compile_cache

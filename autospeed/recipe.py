@@ -78,6 +78,17 @@ class LrScaling(_Strict):
         return self
 
 
+CompileWay = Literal["new_machine", "new_machine_shipped_cache", "same_machine_warm"]
+
+
+class CompileCost(_Strict):
+    """What one way of paying the compile cost, over the confirmation runs that trained that way (train clock)."""
+
+    compile_seconds_median: float  # the first step, compile included
+    tta_seconds_median: float | None = None  # None: no run reached the target
+    runs: int
+
+
 class Measured(_Strict):
     """What the search measured for an exported recipe. Training ignores it."""
 
@@ -131,6 +142,11 @@ class Measured(_Strict):
     # include: cold (an empty one per run, as production pays on a new machine) or warm (the search machine's
     # shared one: a new machine pays more); absent when not confirmed
     compile_cache_state: Literal["cold", "warm"] | None = None
+    # a compiled winner's compile three ways (docs/design.md "Compile cost as production pays it"): new_machine (an
+    # empty inductor cache), new_machine_shipped_cache (empty, with measured.compile_cache loaded), same_machine_warm
+    # (the search machine's cache); each a CompileCost from the confirmation runs that trained that way, or "not
+    # measured". The confirmed TTAs and speed-up include the way compile_cache_state names (cold: new_machine)
+    compile_costs: dict[CompileWay, CompileCost | Literal["not measured"]] | None = None
 
 
 class Recipe(_Strict):

@@ -168,15 +168,19 @@ def test_relative_link_resolves(path, target):
 
 
 # ---------------------------------------------------------------- cited figures = their results files
-# A figure: a decimal (4.81, 0.16) or a whole number of two digits or more (53, 1348; one digit is too common to
-# tell anything), not part of a version (2.14.1), a word (v3, 8f1d890) or a larger number (15.59 is not 5.59).
-_NUMBER = re.compile(r"(?<![\w.])(?:\d+\.\d+|\d{2,})(?![\w]|\.\d)")
+# A figure: a decimal (4.81, 0.16) or a whole number of two digits or more (53, 1348, 8,437; one digit is too common
+# to tell anything), maybe with a unit (4.81x, 12s, 14.4 us, 36.8%), not part of a version (2.14.1), a word or a
+# commit (v3, 8f1d890, 805363b), an issue (pytorch#169545) or a larger number (15.59 is not 5.59).
+_NUMBER = re.compile(r"(?<![\w.,#])(?:\d{1,3}(?:,\d{3})+|\d+\.\d+|\d{2,})(?=(?:x|s|ms|us|MB|GB)?\b)(?!\.\d|,\d)")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 8,437 is 8437
 _RESULTS_LINK = re.compile(r"\]\(((?:\.\./)?experiments/results/[^)#]+)(?:#[^)]*)?\)")
 
 
 def _whole(figure: str, text: str) -> bool:
-    """`figure` occurs in `text` as a whole number (5.59 in 'x 5.59x' and '5.590', not in '15.59')."""
-    return re.search(rf"(?<![\d.]){re.escape(figure)}(?!\d)", text) is not None
+    """`figure` occurs in `text` as a whole number: 5.59 in 'x 5.59x' and '(5.59)', not in '15.59' or '5.590' (a figure
+    is quoted at its file's precision); 12 in '12 trials' and 'run 12.', not in '512' or '12.4'."""
+    figure, text = _THOUSANDS.sub("", figure), _THOUSANDS.sub("", text)
+    return re.search(rf"(?<![\d.]){re.escape(figure)}(?!\d|\.\d)", text) is not None
 
 
 def _cited_figures(page: Path) -> list[tuple[int, str, str, list[Path]]]:
@@ -195,18 +199,36 @@ def _cited_figures(page: Path) -> list[tuple[int, str, str, list[Path]]]:
     return out
 
 
-# docs/results.md is not held to it yet: its sections derive figures from their files (ratios, rounding) and
-# quote files by name without a link on the line; 40-odd lines would need rewording (issue 41, item 6).
-@pytest.mark.parametrize("page", ["README.md"])
+def _texts(cited: Path) -> list[str]:
+    """The text of a cited results file, or of every file in a cited folder (gpu/quick/: its summaries)."""
+    if cited.is_dir():
+        return [p.read_text(errors="replace") for p in sorted(cited.iterdir()) if p.is_file()]
+    return [cited.read_text(errors="replace")] if cited.is_file() else []
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
 def test_every_cited_figure_is_in_the_results_file_it_cites(page):
-    """A number beside a results file's link comes from that file, as a whole number: regenerating a file and not
-    the page (or the reverse) fails here."""
+    """A number beside a results file's link comes from that file (or a file of a linked folder), as a whole
+    number: regenerating a file and not the page (or the reverse) fails here, and so does a figure derived on the
+    page (a ratio, a rounding): what a line shows, its file says."""
     figures = _cited_figures(ROOT / page)
     assert len(figures) >= 15  # the Results table, the example, the results page are read
     stale = [f"{page}:{n}: {figure} not in {', '.join(p.name for p in files)}"
              for n, figure, line, files in figures
-             if not any(p.is_file() and _whole(figure, p.read_text()) for p in files)]
+             if not any(_whole(figure, text) for p in files for text in _texts(p))]
     assert not stale, "\n".join(stale)
+
+
+def test_a_figure_counts_only_as_a_whole_number():
+    """The check's own matcher: 5.59 is not in 15.59 or 5.590, 12 is not in 512 or 12.4; integers count too."""
+    assert _whole("5.59", "speed-up 5.59x") and _whole("5.59", "(5.59)") and not _whole("5.59", "15.59")
+    assert not _whole("5.59", "5.590") and not _whole("12", "512") and not _whole("12", "12.4")
+    assert _whole("12", "12 trials") and _whole("12", "run 12.") and _whole("0.94", "0.94 s")
+    assert not _whole("0.94", "10.94")
+    assert _NUMBER.findall("15.59 s, 12 trials, torch 2.14.1, v3, 8f1d890, 805363b, 7/7, 0.9") == ["15.59", "12", "0.9"]
+    assert _NUMBER.findall("4.81x, 1.55-1.69x, 12s, 14.4 us, 36.8%, 8,437 windows, pytorch#169545") == [
+        "4.81", "1.55", "1.69", "12", "14.4", "36.8", "8,437"]
+    assert _whole("8,437", "8437 windows") and _whole("15258", "15,258 samples/s")
 
 
 def test_the_readme_example_output_is_the_results_files():

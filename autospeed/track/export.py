@@ -5,8 +5,10 @@ as `tta_seconds`), with the search's production budget (confirm.max_train_second
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,13 +17,19 @@ from autospeed.outcome import is_infeasible
 from autospeed.track import runs as res
 from autospeed.track import layout as t
 from autospeed.errors import RunFailure
-from autospeed.recipe import Measured, load_recipe
+from autospeed.recipe import CompileCost, Measured, load_recipe
 from autospeed.yamlio import atomic_path, write_atomic
 
 # The confirmed winner's torch.compile cache artifacts, an artifact of its trial run (search/confirm.py), and the
 # file `autospeed export` writes beside the recipe: best.yaml -> best.compile-cache.bin
 COMPILE_CACHE_ARTIFACT = "compile-cache.bin"
 COMPILE_CACHE_SUFFIX = ".compile-cache.bin"
+# the three ways production pays a compile (docs/design.md "Compile cost as production pays it"), as printed; the
+# confirmation's inductor cache (confirm.compile_cache) says which one its runs measured
+COMPILE_WAYS = {"new_machine": "a new machine", "new_machine_shipped_cache": "a new machine with the shipped cache",
+                "same_machine_warm": "the search machine, warm"}
+_WAY_OF_STATE = {t.COMPILE_CACHE_COLD: "new_machine", t.COMPILE_CACHE_WARM: "same_machine_warm"}
+NOT_MEASURED = "not measured"
 
 
 def exportable(rows: list[res.TrialRow], predicting: bool = False) -> list[res.TrialRow]:
@@ -135,6 +143,8 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
         measured.wall_speedup_vs_baseline = m.get(t.M_CONFIRM_WALL_SPEEDUP)
         # a search confirmed before the tag existed compiled from the machine's shared (warm) folder
         measured.compile_cache_state = parent.data.tags.get(t.TAG_CONFIRM_COMPILE_CACHE, t.COMPILE_CACHE_WARM)
+        if recipe.compile != "none":
+            measured.compile_costs = compile_costs(client, parent, best.trial_id, measured.compile_cache_state)
         _add_ablation(measured, parent.data.tags.get(t.TAG_ABLATION))
     elif best.reached:
         measured.tta_source = t.TTA_MEASURED
@@ -166,6 +176,46 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
               + ("# measured.compile_cache: torch.compile's cache artifacts of this recipe (a confirmation run's), "
                  "loaded by `autospeed train` before it compiles.\n" if measured.compile_cache else ""))
     return header + recipe.to_yaml(), best
+
+
+def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, CompileCost | str]:
+    """A compiled winner's compile, three ways: the way its confirmation runs trained (`state`: cold is a new
+    machine, warm the search machine's cache), medians over those runs (a run that missed the target counts as
+    infinitely slow, as in the confirmed median); "not measured" for the other two, never a guess (no search trains
+    with the shipped cache: `autospeed train` on a new machine does, and says how many graphs it found in it)."""
+    runs = client.search_runs(
+        [parent.info.experiment_id], max_results=5000,
+        filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = '{t.KIND_CONFIRM}' "
+                      f"and tags.`{t.TAG_TRIAL_ID}` = '{trial_id}' and attributes.status != 'RUNNING' and "
+                      f"attributes.status != 'KILLED'")
+    trials = parent.data.metrics.get(t.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
+    runs = [r for r in runs if t.TAG_STATUS in r.data.tags and t.M_COMPILE_SECONDS in r.data.metrics
+            and (trials is None or r.data.tags.get(t.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+    costs: dict[str, CompileCost | str] = dict.fromkeys(COMPILE_WAYS, NOT_MEASURED)
+    if runs:
+        tta = statistics.median(r.data.metrics.get(t.M_TTA, math.inf) for r in runs)
+        costs[_WAY_OF_STATE[state]] = CompileCost(
+            compile_seconds_median=statistics.median(r.data.metrics[t.M_COMPILE_SECONDS] for r in runs),
+            tta_seconds_median=tta if math.isfinite(tta) else None, runs=len(runs))
+    return costs
+
+
+def compile_lines(measured: Measured | None) -> list[str]:
+    """What `autospeed export` prints about a compiled winner's compile: each of the three ways, measured or not,
+    and the one the confirmed TTAs and speed-up include."""
+    if measured is None or not measured.compile_costs:
+        return []
+    used = _WAY_OF_STATE.get(measured.compile_cache_state or "")
+    lines = ["compile cost (train clock, medians of the confirmation runs), three ways:"]
+    for way, label in COMPILE_WAYS.items():
+        cost = measured.compile_costs.get(way, NOT_MEASURED)
+        if isinstance(cost, CompileCost):
+            tta = f"{cost.tta_seconds_median:.2f} s" if cost.tta_seconds_median is not None else "target missed"
+            shown = f"compile (first step) {cost.compile_seconds_median:.2f} s, TTA {tta} ({cost.runs} runs)"
+        else:
+            shown = cost
+        lines.append(f"  {label}: {shown}" + ("  <- the speed-up includes this" if way == used else ""))
+    return lines
 
 
 def _compile_note(measured: Measured, recipe) -> str:

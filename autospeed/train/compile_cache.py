@@ -96,6 +96,22 @@ def graph_hits() -> tuple[int, int]:
     return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
 
 
+def hits_line(shipped: bool) -> str:
+    """One line saying where this process's compiled graphs came from (graph_hits), after it compiled: from the
+    shipped cache (`shipped`: it was loaded into the local inductor cache first), else from this machine's own
+    inductor cache (warm: graphs an earlier run on this machine left) or from nothing (cold: as a new machine
+    compiles). So a run says which of docs/design.md "Compile cost as production pays it"'s three ways it was."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    hits, misses = graph_hits()
+    if shipped:
+        return f"compile cache: {hits} of {hits + misses} compiled graphs found in it"
+    how = ("warm: graphs an earlier run on this machine compiled; a new machine compiles them again" if hits else
+           "cold: compiled from scratch, as on a new machine")
+    return f"compile: {hits} of {hits + misses} compiled graphs found in this machine's inductor cache " \
+           f"({cache_dir()}), {how}"
+
+
 def load_shipped(recipe, config: str, out):
     """Load the recipe's shipped compile cache (`measured.compile_cache`, a file beside the recipe) before anything
     compiles; it fills the local inductor cache, which this process and its workers on this node read. A missing

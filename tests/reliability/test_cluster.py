@@ -6,7 +6,9 @@ ephemeral ports (the MLflow server on 127.0.0.1; Ray binds its nodes to the mach
 even when told 127.0.0.1), each node with one CPU and its own temp dir, and tears down exactly the
 processes it started (each was started in its own session; never a global `ray stop`).
 The second node runs in its own mount namespace, where one folder (`hidden`) is an empty tmpfs:
-a storage path that only the head node sees.
+a storage path that only the head node sees (hide_folder.py: libc's unshare and mount through ctypes, no
+`unshare` binary needed). Where the kernel refuses the namespaces, the storage check cannot run: it skips with
+the kernel's refusal in its reason and a warning in the run's summary; test_hide_folder.py checks the launcher.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +39,18 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 
 
-def _can_hide_a_folder() -> bool:
-    """Whether this machine lets a user start a process in its own user and mount namespace."""
+HIDE = str(Path(__file__).with_name("hide_folder.py"))
+
+
+def _why_no_folder_can_be_hidden() -> str | None:
+    """None when this machine lets a user start a process in its own user and mount namespace, else the
+    kernel's refusal."""
     with tempfile.TemporaryDirectory() as d:
         try:
-            return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-                                   'mount -t tmpfs tmpfs "$0"', d], capture_output=True, timeout=30).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
+            done = subprocess.run([sys.executable, HIDE, d, "true"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no output"])[-1]
 
 
 def _processes() -> dict[int, tuple[int, int]]:
@@ -100,6 +107,7 @@ class Cluster:
     env: dict[str, str]
     shared: Path  # every node sees it
     hidden: Path | None  # only the head node sees it (None: this machine cannot hide a folder)
+    why_not_hidden: str | None  # the kernel's refusal, when hidden is None
     dir: Path
 
 
@@ -108,7 +116,8 @@ def cluster(tmp_path_factory, new_store):
     base = tmp_path_factory.mktemp("cluster")
     gate = Gate(base)  # the gated plugin workload, importable on both nodes through PYTHONPATH
     temp = Path(tempfile.mkdtemp(prefix="as-ray-"))  # short: Ray's session folders hold unix sockets
-    hidden = base / "head-only" if _can_hide_a_folder() else None
+    why_not_hidden = _why_no_folder_can_be_hidden()
+    hidden = base / "head-only" if why_not_hidden is None else None
     if hidden is not None:
         hidden.mkdir()
     env = cli_env(pythonpath=gate.plugin_dir)
@@ -151,8 +160,7 @@ def cluster(tmp_path_factory, new_store):
         address = (temp / "head" / "ray_current_cluster").read_text().strip()
         second = [RAY, *node("--address", address, "--temp-dir", str(temp / "node2"))]
         if hidden is not None:  # the second node's view of `hidden` is an empty tmpfs
-            second = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-                      'mount -t tmpfs tmpfs "$0" && exec "$@"', str(hidden), *second]
+            second = [sys.executable, HIDE, str(hidden), *second]
         joined = start(second, base / "ray-node2.log")
         assert joined.wait(300) == 0, (base / "ray-node2.log").read_text()
 
@@ -166,7 +174,7 @@ def cluster(tmp_path_factory, new_store):
                 return r.status == 200
             return False
         wait_until(answers, every=0.2, what="mlflow server")
-        yield Cluster(address, uri, gate, env, base / "store", hidden, base)
+        yield Cluster(address, uri, gate, env, base / "store", hidden, why_not_hidden, base)
     finally:
         _kill_sessions(sessions)
         shutil.rmtree(temp, ignore_errors=True)
@@ -213,8 +221,11 @@ def _parents(uri: str) -> list:
 
 
 def test_a_storage_path_one_node_cannot_see_fails_before_any_trial(cluster):
-    if cluster.hidden is None:
-        pytest.skip("this machine cannot start a process in its own mount namespace (unshare --user --mount)")
+    if cluster.hidden is None:  # said loudly: a skip alone reads as a pass in `pytest -q`
+        why = (f"NOT TESTED: a storage path one node cannot see; this kernel refuses an unprivileged user and mount "
+               f"namespace ({cluster.why_not_hidden})")
+        warnings.warn(why, pytest.PytestWarning)
+        pytest.skip(why)
     p = autospeed(*_args(cluster, cluster.hidden), cwd=cluster.dir, env=cluster.env)
     assert p.returncode == 1, p.stdout + p.stderr
     (line,) = error_lines(p.stderr)

@@ -2,9 +2,11 @@
 written as a user would, with autospeed's context. Its command line sets what it does wrong or records:
 
   --observe FILE     append one JSON line per optimizer step with what the script saw inside its loop:
-                     the autocast dtype in the forward, the compiled module, the optimizer's fused flag, the
+                     the autocast dtype in the forward, the compiled module and how many graphs torch.compile
+                     captured in the process so far (torch._dynamo's counters), the optimizer's fused flag, the
                      micro-batches since the previous step, the micro-batch size, the process id
   --oom-above N      raise torch.OutOfMemoryError in a training forward of more than N samples
+  --seconds-before-oom S  spend S seconds in that forward (on the train clock) before raising
   --crash-at-step N  raise RuntimeError("boom at step N") at that step
   --hang-at-step N   block forever at that step (a hang)
   --gate DIR         before each optimizer step, wait until DIR/go exists (the test decides when it trains);
@@ -34,6 +36,7 @@ TINY_SCRIPT = textwrap.dedent('''
     p = argparse.ArgumentParser()
     p.add_argument("--observe")
     p.add_argument("--oom-above", type=int)
+    p.add_argument("--seconds-before-oom", type=float, default=0.0)
     p.add_argument("--crash-at-step", type=int)
     p.add_argument("--hang-at-step", type=int)
     p.add_argument("--gate")
@@ -69,6 +72,7 @@ TINY_SCRIPT = textwrap.dedent('''
             self.seen_dtype = None
         def forward(self, x):
             if self.training and torch.is_grad_enabled() and args.oom_above and x.shape[0] > args.oom_above:
+                time.sleep(args.seconds_before_oom)  # work the attempt did before it ran out: on the train clock
                 raise torch.OutOfMemoryError(f"simulated: {x.shape[0]} samples")
             self.seen_dtype = str(torch.get_autocast_dtype(x.device.type)) if torch.is_autocast_enabled(x.device.type) else "none"
             return self.fc(x)
@@ -97,7 +101,9 @@ TINY_SCRIPT = textwrap.dedent('''
             steps += 1
             if args.observe:
                 with open(args.observe, "a") as f:
+                    from torch._dynamo.utils import counters  # graphs torch.compile captured in this process
                     f.write(json.dumps({"autocast": model.seen_dtype, "compiled": type(getattr(net, "inner", net)).__name__,
+                                        "compiled_graphs": counters["stats"]["unique_graphs"],
                                         "fused": opt.defaults.get("fused"), "foreach": opt.defaults.get("foreach"),
                                         "micro_batches": micro_since_step, "micro_batch_size": len(x),
                                         "pid": os.getpid()}) + "\\n")

@@ -95,13 +95,21 @@ def test_two_data_parallel_workers_are_two_processes_of_the_script_sharing_each_
 
 def test_auto_micro_batch_restarts_the_script_with_half_the_micro_batch(tiny_script, tmp_path):
     """micro_batch_size auto, a script that runs out of memory above 16 samples: the script is started again
-    (a second process) and trains in micro-batches of 16, which the result records."""
+    (a second process) and trains in micro-batches of 16, which the result records. The first attempt spends
+    1 s on the train clock before it runs out (in its forward): the run's clock carries it, as a user paid it,
+    into the second process's evaluations and the result."""
     seen_file, pids_file = tmp_path / "observed.jsonl", tmp_path / "pids.txt"
+    before_oom_seconds = 1.0
     recipe = script_recipe(tiny_script, "--observe", str(seen_file), "--oom-above", "16", "--pid-file",
-                           str(pids_file), micro_batch_size="auto")
+                           str(pids_file), "--seconds-before-oom", str(before_oom_seconds), micro_batch_size="auto")
     result = train(recipe)
     assert result.status == Status.NOT_REACHED, result.error
     assert result.applied["micro_batch_size"] == 16
+    # the clock carried over: the failed attempt's second is in what the retry recorded, in the second process's
+    # first evaluation (its clock started at the offset) and in the run's train seconds
+    assert result.micro_batch_retry_seconds >= before_oom_seconds
+    assert result.history[0]["train_seconds"] >= result.micro_batch_retry_seconds
+    assert result.train_seconds > result.micro_batch_retry_seconds
     seen = observations(seen_file)
     assert seen[-1]["micro_batch_size"] == 16 and seen[-1]["micro_batches"] == 2
     started = [int(line) for line in pids_file.read_text().split()]
@@ -204,13 +212,20 @@ def test_a_script_that_never_reports_the_target_metric_fails_naming_it(tiny_scri
     assert "val_accuracy" in result.error, result.error
 
 
-def test_compile_wraps_the_scripts_training_model(tiny_script, tmp_path):
-    """compile: default: the model the script trains with (inside the autocast wrapper) is torch.compile's
-    OptimizedModule."""
-    seen_file = tmp_path / "observed.jsonl"
-    result = train(script_recipe(tiny_script, "--observe", str(seen_file), compile="default"))
+def test_compile_runs_the_scripts_training_forward_as_a_compiled_graph(tiny_script, tmp_path):
+    """compile: default: the script's training forward ran through torch.compile: by its first optimizer step
+    torch._dynamo had captured a graph in the script's process (its own counters), which no wrapper that
+    merely looks compiled does; the same script eager captures none."""
+    compiled_file, eager_file = tmp_path / "compiled.jsonl", tmp_path / "eager.jsonl"
+    result = train(script_recipe(tiny_script, "--observe", str(compiled_file), compile="default"))
     assert result.status == Status.NOT_REACHED, result.error
-    assert {o["compiled"] for o in observations(seen_file)} == {"OptimizedModule"}
+    assert result.applied["compile"] == "default"
+    compiled = observations(compiled_file)
+    assert all(o["compiled_graphs"] >= 1 for o in compiled), compiled
+    assert {o["compiled"] for o in compiled} == {"OptimizedModule"}
+    eager = train(script_recipe(tiny_script, "--observe", str(eager_file)))
+    assert eager.status == Status.NOT_REACHED, eager.error
+    assert {o["compiled_graphs"] for o in observations(eager_file)} == {0}  # the counter tells the two apart
 
 
 def test_train_json_is_json_when_the_script_prints(tiny_script, tmp_path):

@@ -13,8 +13,10 @@ from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.search.confirm import Candidate, _decide, _log_parent
 from autospeed.track import layout as t
-from autospeed.track.export import best_recipe_yaml
+from autospeed.recipe import load_recipe
+from autospeed.track.export import best_recipe_yaml, compile_lines
 
+CONFIRM_RUNS = [(1.2, 2.0), (1.5, 2.1), (1.1, 1.9)]  # the winner's (compile seconds, TTA) in its confirmation
 COMPILED = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, lr=0.1, compile="default")
 BASE = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, lr=0.01)
 
@@ -30,6 +32,12 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
                                            t.TAG_STATUS: Status.REACHED.value, t.TAG_TTA_SOURCE: t.TTA_MEASURED})
         t.log_batch(client, run.info.run_id, t.metrics({t.M_OBJECTIVE: 2.0, t.M_TTA: 2.0}))
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
+        client.set_terminated(run.info.run_id)
+    for repeat, (compile_seconds, tta) in enumerate(CONFIRM_RUNS):  # the winner's confirmation runs, as logged
+        run = client.create_run(exp, tags={t.TAG_PARENT: parent.info.run_id, t.TAG_KIND: t.KIND_CONFIRM,
+                                           t.TAG_TRIAL_ID: "t1", t.TAG_CONFIRM_REPEAT: str(repeat),
+                                           t.TAG_CONFIRM_TRIALS: "2", t.TAG_STATUS: Status.REACHED.value})
+        t.log_batch(client, run.info.run_id, t.metrics({t.M_COMPILE_SECONDS: compile_seconds, t.M_TTA: tta}))
         client.set_terminated(run.info.run_id)
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
     base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])
@@ -74,3 +82,25 @@ def test_an_eager_winner_says_its_state_but_no_compile_line(client):
     text, _ = best_recipe_yaml(client, "cc")
     assert yaml.safe_load(text)["measured"]["compile_cache_state"] == "cold"
     assert "# compile:" not in text
+
+
+@pytest.mark.parametrize("state, way", [("cold", "new_machine"), ("warm", "same_machine_warm")])
+def test_the_export_gives_the_compile_three_ways_and_which_the_speedup_includes(client, state, way, tmp_path):
+    """The way the confirmation trained is measured, from its runs (medians: compile 1.2 s, TTA 2.0 s over 3
+    runs); the two others are "not measured", never guessed; the printed lines mark the one the speed-up uses."""
+    make_confirmed_search(client, COMPILED, state)
+    text, _ = best_recipe_yaml(client, "cc")
+    costs = yaml.safe_load(text)["measured"]["compile_costs"]
+    assert costs.pop(way) == {"compile_seconds_median": 1.2, "tta_seconds_median": 2.0, "runs": 3}
+    assert costs == dict.fromkeys(costs, "not measured") and len(costs) == 2
+    (tmp_path / "best.yaml").write_text(text)
+    lines = compile_lines(load_recipe(tmp_path / "best.yaml").measured)  # what `autospeed export` prints
+    marked = [line for line in lines if "<- the speed-up includes this" in line]
+    assert len(lines) == 4 and len(marked) == 1 and "compile (first step) 1.20 s, TTA 2.00 s (3 runs)" in marked[0]
+    assert sum("not measured" in line for line in lines) == 2
+
+
+def test_an_eager_winner_has_no_compile_costs(client):
+    make_confirmed_search(client, BASE.model_copy(update={"lr": 0.1}), "cold")
+    text, _ = best_recipe_yaml(client, "cc")
+    assert "compile_costs" not in yaml.safe_load(text)["measured"]

@@ -32,6 +32,7 @@ from autospeed.train.process import train_in_fresh_process
 RECIPE = Recipe(workload="digits", target_accuracy=0.2,
                 max_train_seconds=120, epochs=1, eval_every_epochs=1, batch_size=100, lr=0.05, compile="default")
 HITS = re.compile(r"compile cache: (\d+) of (\d+) compiled graphs found in it")
+WARM_HITS = re.compile(r"compile: (\d+) of (\d+) compiled graphs found in this machine's inductor cache .*")
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,12 @@ def test_export_ships_the_winners_cache_and_train_on_a_new_machine_finds_every_g
     assert graphs > 0 and hits == graphs, trained.stderr[-2000:]
 
 
-def test_a_recipe_whose_cache_file_is_missing_warns_once_and_trains(search_machine, tmp_path):
-    inductor, _ = search_machine  # warm: this run's compile is cheap, and the warning is what is under test
+def test_a_recipe_whose_cache_file_is_missing_warns_once_and_trains_on_the_warm_local_cache(search_machine,
+                                                                                          tmp_path):
+    """On the search machine, whose inductor folder holds the recipe's graphs, a recipe whose cache file is
+    missing trains with one warning, and every graph it compiles is found in the local, warm cache (the warm-hit
+    path), which the run says: a new machine would compile them again."""
+    inductor, _ = search_machine
     config = tmp_path / "best.yaml"
     named = Measured(compile_cache="best.compile-cache.bin")  # the file is not there
     config.write_text(RECIPE.model_copy(update={"measured": named}).to_yaml())
@@ -105,6 +110,11 @@ def test_a_recipe_whose_cache_file_is_missing_warns_once_and_trains(search_machi
     warnings = [line for line in trained.stderr.splitlines() if "warning" in line.lower()]
     assert len(warnings) == 1 and "best.compile-cache.bin is missing" in warnings[0], trained.stderr[-2000:]
     assert "compiles from scratch" in warnings[0]
+    warm = WARM_HITS.search(trained.stderr)
+    assert warm is not None, trained.stderr[-2000:]
+    hits, graphs = map(int, warm.groups())
+    assert graphs > 0 and hits == graphs, warm.group(0)
+    assert str(inductor) in warm.group(0) and "warm" in warm.group(0)
 
 
 def test_a_corrupt_cache_file_is_refused_in_one_line(tmp_path, capfd):
