@@ -143,7 +143,7 @@ def cmd_search(args) -> int:
 
     from autospeed.track import layout as tracking
     from autospeed.search import run_search
-    from autospeed.search.confirm import format_interval
+    from autospeed.search.confirm_text import summary_lines
     from autospeed.space import load_spec, with_script
 
     spec = with_script(load_spec(args.space), args.script, args.script_args)
@@ -169,16 +169,8 @@ def cmd_search(args) -> int:
     else:
         print("\nno trial reached the target")
     confirmed = outcome.confirmation
-    if confirmed is not None and confirmed.winner is not None:
-        w, csp = confirmed.winner, confirmed.speedup
-        print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
-              f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
-              + (f", {csp:.2f}x faster than the baseline's median (train clock; {format_interval(confirmed)})"
-                 if csp else ""))
-        if confirmed.wall_speedup:
-            print(f"  on the wall to target (process start to target, fresh processes): "
-                  f"{confirmed.wall_speedup:.2f}x ({confirmed.baseline.wall_median:.2f} s -> "
-                  f"{w.wall_median:.2f} s)")
+    if confirmed is not None:  # the confirmed best, its speed-up and what confirmation cost in baseline runs
+        print("\n".join(summary_lines(confirmed)))
     if outcome.best_path is not None:
         print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
     if confirmed is not None and confirmed.winner is not None and not confirmed.winner.baseline \
