@@ -78,6 +78,33 @@ class LrScaling(_Strict):
         return self
 
 
+class Trajectory(_Strict):
+    """The exported winner's expected curve: the target metric against train seconds up to its expected TTA. A
+    prediction for the production run, whatever it was made from (`source`): `autospeed train` compares its live
+    curve with it (autospeed.train.on_track)."""
+
+    # confirmation: the curve of the winner's confirmation run with the median TTA (TTA: their median, min..max);
+    # trial: the search trial's own curve, one measurement in a reused process; prediction: the trial's curve
+    # extrapolated to the predicted crossing (80% interval), interpolated linearly in log seconds between
+    source: Literal["confirmation", "trial", "prediction"]
+    note: str  # the same, in words
+    metric: str
+    mode: Literal["max", "min"]
+    tta_seconds: float = Field(gt=0)  # the expected TTA, train clock
+    tta_low_seconds: float | None = None
+    tta_high_seconds: float | None = None
+    points: list[tuple[float, float]]  # (train seconds, metric value), in time order, ending at the expected TTA
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        if not points:
+            raise ValueError("needs at least one (train seconds, value) point")
+        if any(b[0] < a[0] for a, b in zip(points, points[1:])):
+            raise ValueError("train seconds must not decrease from one point to the next")
+        return points
+
+
 class Measured(_Strict):
     """What the search measured for an exported recipe. Training ignores it."""
 
@@ -131,6 +158,8 @@ class Measured(_Strict):
     # include: cold (an empty one per run, as production pays on a new machine) or warm (the search machine's
     # shared one: a new machine pays more); absent when not confirmed
     compile_cache_state: Literal["cold", "warm"] | None = None
+    # the winner's expected curve, which `autospeed train` checks its live run against (a prediction, always)
+    trajectory: Trajectory | None = None
 
 
 class Recipe(_Strict):
