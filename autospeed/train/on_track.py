@@ -86,6 +86,8 @@ class OnTrack:
 
     def update(self, event) -> None:
         """One live evaluation (the trainer's EvalEvent: train_seconds, best_value)."""
+        if event.best_value is None or event.best_value != event.best_value:  # a script's without the metric: NaN
+            return
         self._last = (event.train_seconds, event.best_value)
         while self.pending and event.train_seconds >= self.pending[0]:
             self._check(self.pending.pop(0), ended_before=False)
