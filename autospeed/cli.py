@@ -65,6 +65,9 @@ def cmd_train(args) -> int:
     print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
           f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
     cache = None if args.no_compile_cache else _shipped_compile_cache(recipe, args.config, out)
+    from autospeed.train.on_track import on_track_for
+
+    checker = on_track_for(recipe, out)  # an exported winner's predicted curve, checked live against this run
 
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         # Ray Train starts the workers and their process group; rank 0's result comes back (no live bar:
@@ -75,12 +78,16 @@ def cmd_train(args) -> int:
             result = train_on_workers(recipe)
         except UserError as e:
             raise UserError(f"{args.config}: {e}") from None
+        if checker is not None:
+            checker.replay(result.history)
     else:
         from autospeed.show.live import TrainProgress
 
         bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
+        if checker is not None:
+            checker.say = bar.note
         try:
-            result = train(recipe, workload, on_eval=bar.update)
+            result = train(recipe, workload, on_eval=checker.watching(bar.update) if checker else bar.update)
         finally:
             bar.close()
         # which compile this run paid (shipped cache, warm, cold); a script or workers compile in their processes
@@ -88,11 +95,14 @@ def cmd_train(args) -> int:
             from autospeed.train.compile_cache import hits_line
 
             print(hits_line(shipped=cache is not None), file=out)
+    prediction = checker.finish(result.tta_seconds, result.train_seconds) if checker is not None else None
     if client is not None:
-        run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result)
+        run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
+                                        prediction)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
     if args.json:
-        print(json.dumps({k: v for k, v in result.to_dict().items() if k != "history"}, indent=2))
+        shown = {k: v for k, v in result.to_dict().items() if k != "history"}
+        print(json.dumps({**shown, **({"prediction": prediction} if prediction else {})}, indent=2))
     else:
         tta = f"{result.tta_seconds:.2f} s" if result.tta_seconds is not None else "-"
         best = f"{result.best_value:.4f}" if result.best_value is not None else "-"
@@ -143,7 +153,7 @@ def cmd_search(args) -> int:
 
     from autospeed.track import layout as tracking
     from autospeed.search import run_search
-    from autospeed.search.confirm import format_interval
+    from autospeed.search.confirm_text import summary_lines
     from autospeed.space import load_spec, with_script
 
     spec = with_script(load_spec(args.space), args.script, args.script_args)
@@ -169,16 +179,8 @@ def cmd_search(args) -> int:
     else:
         print("\nno trial reached the target")
     confirmed = outcome.confirmation
-    if confirmed is not None and confirmed.winner is not None:
-        w, csp = confirmed.winner, confirmed.speedup
-        print(f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
-              f"max {max(w.reached):.2f}, {confirmed.repeats} repeats)"
-              + (f", {csp:.2f}x faster than the baseline's median (train clock; {format_interval(confirmed)})"
-                 if csp else ""))
-        if confirmed.wall_speedup:
-            print(f"  on the wall to target (process start to target, fresh processes): "
-                  f"{confirmed.wall_speedup:.2f}x ({confirmed.baseline.wall_median:.2f} s -> "
-                  f"{w.wall_median:.2f} s)")
+    if confirmed is not None:  # the confirmed best, its speed-up and what confirmation cost in baseline runs
+        print("\n".join(summary_lines(confirmed)))
     if outcome.best_path is not None:
         print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
     if confirmed is not None and confirmed.winner is not None and not confirmed.winner.baseline \

@@ -89,6 +89,33 @@ class CompileCost(_Strict):
     runs: int
 
 
+class Trajectory(_Strict):
+    """The exported winner's expected curve: the target metric against train seconds up to its expected TTA. A
+    prediction for the production run, whatever it was made from (`source`): `autospeed train` compares its live
+    curve with it (autospeed.train.on_track)."""
+
+    # confirmation: the curve of the winner's confirmation run with the median TTA (TTA: their median, min..max);
+    # trial: the search trial's own curve, one measurement in a reused process; prediction: the trial's curve
+    # extrapolated to the predicted crossing (80% interval), interpolated linearly in log seconds between
+    source: Literal["confirmation", "trial", "prediction"]
+    note: str  # the same, in words
+    metric: str
+    mode: Literal["max", "min"]
+    tta_seconds: float = Field(gt=0)  # the expected TTA, train clock
+    tta_low_seconds: float | None = None
+    tta_high_seconds: float | None = None
+    points: list[tuple[float, float]]  # (train seconds, metric value), in time order, ending at the expected TTA
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        if not points:
+            raise ValueError("needs at least one (train seconds, value) point")
+        if any(b[0] < a[0] for a, b in zip(points, points[1:])):
+            raise ValueError("train seconds must not decrease from one point to the next")
+        return points
+
+
 class Measured(_Strict):
     """What the search measured for an exported recipe. Training ignores it."""
 
@@ -147,6 +174,8 @@ class Measured(_Strict):
     # (the search machine's cache); each a CompileCost from the confirmation runs that trained that way, or "not
     # measured". The confirmed TTAs and speed-up include the way compile_cache_state names (cold: new_machine)
     compile_costs: dict[CompileWay, CompileCost | Literal["not measured"]] | None = None
+    # the winner's expected curve, which `autospeed train` checks its live run against (a prediction, always)
+    trajectory: Trajectory | None = None
 
 
 class Recipe(_Strict):

@@ -116,6 +116,39 @@ class Confirm(_Strict):
     # the inductor cache each confirmation and ablation run compiles from: cold, a new empty folder per run (the
     # compile a production run pays on a new machine); warm, the machine's shared one (what earlier runs left)
     compile_cache: Literal["cold", "warm"] = "cold"
+    # how many runs confirm (search/confirm_fewest.py): rounds, `repeats` interleaved rounds of every candidate and
+    # the baseline; fewest (needs baseline_tta_seconds), one run per candidate in the leaderboard's order while an
+    # unrun one could still beat the fastest measured; one (needs baseline_tta_seconds), the search's best, once.
+    # null: fewest with baseline_tta_seconds, else rounds
+    runs: Literal["rounds", "fewest", "one"] | None = None
+
+    @property
+    def runs_mode(self) -> str:
+        """`runs` as it applies: its default resolved."""
+        if self.runs is not None:
+            return self.runs
+        return "fewest" if self.baseline_tta_seconds is not None else "rounds"
+
+    @model_validator(mode="after")
+    def _runs_fit(self) -> "Confirm":
+        mode, given = self.runs_mode, self.model_fields_set
+        if mode == "rounds":
+            return self
+        default = "" if "runs" in given else " (the default with baseline_tta_seconds)"
+        if self.baseline_tta_seconds is None:
+            raise ValueError(f"runs: {mode} needs baseline_tta_seconds: without a known baseline TTA the baseline "
+                             f"must be run too; give it (with baseline_tta_note) or set runs: rounds")
+        if "repeats" in given and self.repeats > 1 or self.max_repeats:
+            key, value = ("repeats", self.repeats) if self.repeats > 1 else ("max_repeats", self.max_repeats)
+            raise ValueError(f"runs: {mode}{default} trains each recipe at most once, not {key}: {value}; drop "
+                             f"{key}, or set runs: rounds for interleaved rounds")
+        if mode == "one" and "top_k" in given and self.top_k > 1:
+            raise ValueError(f"runs: one trains only the search's best, not top_k: {self.top_k}; drop top_k, or set "
+                             f"runs: fewest")
+        if mode == "one" and self.ablation:
+            raise ValueError("runs: one trains exactly one run, and ablation re-times the winner once per knob; drop "
+                             "ablation, or set runs: fewest")
+        return self
 
     @model_validator(mode="after")
     def _note_with_tta(self) -> "Confirm":

@@ -165,7 +165,8 @@ def stage_search(a, size) -> dict:
                  # ASHA off: with 3 trials it saves little, and its first rung (a few seconds) stops a one-cycle
                  # schedule still in its warm-up, which then leaves no winner to confirm
                  "asha.enabled=false", "sampler.n_startup_trials=3",
-                 f"confirm={{top_k: 1, repeats: 3, baseline_tta_seconds: {cal['baseline_tta_seconds']:.3f}, "
+                 f"confirm={{top_k: 1, repeats: 3, runs: rounds, "
+                 f"baseline_tta_seconds: {cal['baseline_tta_seconds']:.3f}, "
                  f"baseline_tta_note: 'the calibration run of experiments/gpu_quick.py on this GPU, same call'}}",
                  f"probe={size['probe']}", f"space.batch_size={{choice: {size['batch_sizes']}}}",
                  # the maths an H100 trains in; the compile knob's probe compiles cost more than this call has

@@ -33,6 +33,16 @@ CASES = [
     ("decaying-schedule-fixed", space_with(predict={"enabled": True}, fixed={"epochs": 30, "schedule": "onecycle"}),
      ["fixed.schedule", "constant or wsd"]),
     ("baseline-tta-without-note", space_with(confirm={"baseline_tta_seconds": 100}), ["baseline_tta_note"]),
+    ("runs-one-without-baseline-tta", space_with(confirm={"runs": "one"}),
+     ["confirm", "runs: one needs baseline_tta_seconds", "set runs: rounds"]),
+    ("runs-fewest-with-repeats", space_with(confirm={"repeats": 3, "baseline_tta_seconds": 100,
+                                                     "baseline_tta_note": "prod"}),
+     ["confirm", "runs: fewest (the default with baseline_tta_seconds)", "not repeats: 3", "set runs: rounds"]),
+    ("runs-one-with-top-k", space_with(confirm={"runs": "one", "top_k": 2, "baseline_tta_seconds": 100,
+                                                "baseline_tta_note": "prod"}), ["not top_k: 2", "drop top_k"]),
+    ("runs-one-with-ablation", space_with(confirm={"runs": "one", "ablation": True, "baseline_tta_seconds": 100,
+                                                   "baseline_tta_note": "prod"}), ["drop ablation"]),
+    ("runs-unknown", space_with(confirm={"runs": "two"}), ["confirm.runs", "rounds", "fewest", "one"]),
 ]
 
 
@@ -58,6 +68,10 @@ def test_the_same_space_without_the_mistakes_validates(tmp_path, capsys):
                                "baseline_tta_note": "production run, 2 cores"})
     space.write_text(yaml.safe_dump(data, sort_keys=False))
     assert main(["validate", "--space", str(space)]) == 0, capsys.readouterr().err
+    for confirm in ({"runs": "one", "top_k": 1, "repeats": 1}, {"runs": "rounds", "repeats": 3}, {"runs": "fewest"}):
+        data["confirm"] = {"baseline_tta_seconds": 100, "baseline_tta_note": "prod", **confirm}
+        space.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert main(["validate", "--space", str(space)]) == 0, capsys.readouterr().err
 
 
 def test_the_shipped_long_space_validates(capsys):

@@ -23,7 +23,9 @@ still covers with at least 90%.
 
 Long jobs: `confirm.max_train_seconds` is every confirmation and ablation run's budget (production
 length); with `confirm.baseline_tta_seconds` the baseline is not re-run: the speed-up is against that
-number, with the range over the winner's runs and no interval. The cost is printed in baseline runs.
+number, with the range over the winner's runs and no interval, and (`confirm.runs`, search/confirm_fewest.py)
+each candidate trains at most once, only while it could still win, or only the search's best, once. The cost is
+printed in baseline runs.
 
 Each run is an MLflow child run of the search's parent with `autospeed.kind=confirm`; the
 results go to the parent as the `confirm_*` metrics and the `autospeed.confirmed_best_trial`
@@ -49,6 +51,7 @@ from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predictin
 from autospeed.space import SearchSpec
 from autospeed.train.script_options import is_script
 from autospeed.search.confirm_ledger import finished_runs
+from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
 from autospeed.train.process import train_in_fresh_process
 from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
                                          format_interval)
@@ -72,6 +75,8 @@ class Candidate:
     # (seconds, low, high) of a trial that did not reach but was predicted (autospeed.predict)
     search_predicted: tuple[float, float | None, float | None] | None = None
     run_id: str | None = None  # the trial's MLflow run: a compiled winner's compile cache is logged on it
+    search_seconds: float | None = None  # train seconds its trial spent (search/confirm_fewest.py's bound)
+    not_run: str | None = None  # confirm.runs fewest or one: why it was not trained
 
     @property
     def label(self) -> str:
@@ -111,6 +116,7 @@ class ConfirmOutcome:
     baseline_given_seconds: float | None = None
     baseline_note: str = ""
     compile_cache: str = t.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
+    runs_mode: str = ROUNDS  # confirm.runs as it applied: rounds, fewest or one (search/confirm_fewest.py)
 
     @property
     def baseline_tta_seconds(self) -> float | None:
@@ -194,7 +200,8 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),
-                      search_predicted=_predicted_of(r), run_id=r.run_id) for r in chosen]
+                      search_predicted=_predicted_of(r), run_id=r.run_id,
+                      search_seconds=r.metrics.get(t.M_TRAIN_SECONDS)) for r in chosen]
 
 
 def _predicted_of(r) -> tuple[float, float | None, float | None] | None:
@@ -226,7 +233,8 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     """Re-run the best recipes and the baseline, interleaved, each in a fresh process; log them; set the
     parent's confirm_* results. None when there is nothing to confirm. (The ablation follows: run.py.)"""
     repeats = spec.confirm.repeats if repeats is None else repeats
-    top_k = spec.confirm.top_k if top_k is None else top_k
+    mode = spec.confirm.runs_mode  # rounds, or a long job's fewest or one (search/confirm_fewest.py)
+    top_k = 1 if mode == ONE else spec.confirm.top_k if top_k is None else top_k
     if repeats <= 0:
         return None
     parent = client.get_run(parent_run_id)
@@ -247,46 +255,53 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     total = repeats * len(candidates)
     more = (f", up to {max_repeats} while the winner is not separated (each look at {confidence:.1%}, so the "
             f"reported interval keeps {CONFIDENCE:.0%} wherever it stops)") if max_repeats > repeats else ""
-    of_total = f"{total}+" if more else f"{total}"
+    of_total = f"{total}+" if more else f"{total}" if mode == ROUNDS else f"<={len(candidates)}"
     against = (f"against the baseline's given TTA, {given:g} s ({spec.confirm.baseline_tta_note}), not re-run"
                if given is not None else "and the baseline")
     with_budget = f", a {budget:g} s train budget" if budget is not None else ""
     compiling = "" if all(c.recipe.compile == "none" for c in candidates) else (
         " compiling from an empty inductor cache of its own (confirm.compile_cache: cold)"
         if spec.confirm.compile_cache == "cold" else " compiling from this machine's inductor cache (warm)")
+    plan = (f"{repeats} interleaved repeats each{more}" if mode == ROUNDS else plan_text(mode, len(candidates)))
     print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) {against}: "
-          f"{repeats} interleaved repeats each{more}, new seeds{with_budget}, each run in a fresh process"
-          f"{compiling} ({of_total} runs)", file=console, flush=True)
+          f"{plan}, new seeds{with_budget}, each run in a fresh process{compiling} ({of_total} runs)",
+          file=console, flush=True)
     done = 0
     caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
     end_killed(client, parent, t.KIND_CONFIRM)  # a run a killed process left RUNNING: closed, trained again
     kept = finished_runs(client, parent, t.KIND_CONFIRM, trials_total)  # a resume trains none of these again
 
-    def run_round(r: int) -> None:
+    def run_once(r: int, i: int, c: Candidate) -> None:
         nonlocal done
+        seed = c.recipe.seed + SEED_OFFSET + r
+        result = kept.get((c.trial_id, r))
+        if result is not None:
+            c.record(result)
+        else:
+            result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec,
+                                   compile_cache_to=_cache_file(caches.name, i, c))
+        done += 1
+        print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}"
+              + (" (finished before the resume: kept)" if (c.trial_id, r) in kept else ""), file=console, flush=True)
+
+    def run_round(r: int) -> None:
         for i, c in enumerate(candidates):
-            seed = c.recipe.seed + SEED_OFFSET + r
-            result = kept.get((c.trial_id, r))
-            if result is not None:
-                c.record(result)
-            else:
-                result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec,
-                                       compile_cache_to=_cache_file(caches.name, i, c))
-            done += 1
-            print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}"
-                  + (" (finished before the resume: kept)" if (c.trial_id, r) in kept else ""),
-                  file=console, flush=True)
+            run_once(r, i, c)
 
     with caches:
         try:
-            repeats = confirm_rounds(candidates, repeats, max_repeats, run_round, confidence)
+            if mode == ROUNDS:
+                repeats = confirm_rounds(candidates, repeats, max_repeats, run_round, confidence)
+            else:  # a long job: each candidate at most once, only while it could still win
+                confirm_fewest(candidates, lambda c: run_once(0, candidates.index(c), c), mode)
+                repeats = 1
         except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
             end_killed(client, parent, t.KIND_CONFIRM)
             raise
 
         outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
                           given_note=spec.confirm.baseline_tta_note)
-        outcome.compile_cache = spec.confirm.compile_cache
+        outcome.compile_cache, outcome.runs_mode = spec.confirm.compile_cache, mode
         _log_parent(client, parent_run_id, outcome, trials_total)
         if outcome.winner is not None:
             _log_compile_cache(client, outcome.winner,

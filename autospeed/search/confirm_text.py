@@ -22,6 +22,26 @@ def compute_line(outcome: ConfirmOutcome) -> str:
     return f"confirmation compute: {n} runs, {outcome.compute_seconds:.1f} s of train clock = {base} baseline runs"
 
 
+def summary_lines(outcome: ConfirmOutcome) -> list[str]:
+    """The search's closing summary of a confirmation: the confirmed best with its speed-up (against the
+    baseline's median, or its given TTA) and what confirmation cost, in baseline runs."""
+    w, speedup = outcome.winner, outcome.speedup
+    if w is None:
+        return [compute_line(outcome)]
+    given = outcome.baseline_given_seconds is not None
+    runs = f"{outcome.repeats} repeats" if outcome.runs_mode == "rounds" else f"{len(w.ttas)} run"
+    against = (f"the baseline's given TTA, {outcome.baseline_given_seconds:g} s" if given else
+               "the baseline's median")
+    lines = [f"confirmed best: {w.label}, median TTA {w.median:.2f} s (min {min(w.reached):.2f}, "
+             f"max {max(w.reached):.2f}, {runs})"
+             + (f", {speedup:.2f}x faster than {against} (train clock; {format_interval(outcome)})"
+                if speedup else "")]
+    if outcome.wall_speedup:
+        lines.append(f"  on the wall to target (process start to target, fresh processes): "
+                     f"{outcome.wall_speedup:.2f}x ({outcome.baseline.wall_median:.2f} s -> {w.wall_median:.2f} s)")
+    return lines + [compute_line(outcome)]
+
+
 def describe(result) -> str:
     tta = f"TTA {result.tta_seconds:.2f} s" if result.tta_seconds is not None else str(result.status)
     wall = getattr(result, "wall_to_target_seconds", None)
@@ -48,7 +68,9 @@ def format_interval(outcome: ConfirmOutcome) -> str:
 def format_confirmation(outcome: ConfirmOutcome) -> str:
     """A plain-text table: each confirmed recipe's median, min and max TTA over the repeats, and its wall."""
     base = outcome.baseline_tta_seconds
-    lines = [f"confirmation: {outcome.repeats} interleaved repeats per recipe, new seeds, each in a fresh process; "
+    how = (f"{outcome.repeats} interleaved repeats per recipe" if outcome.runs_mode == "rounds" else
+           f"confirm.runs: {outcome.runs_mode}, each recipe at most once (one run: no interval)")
+    lines = [f"confirmation: {how}, new seeds, each in a fresh process; "
              f"TTA in train-clock seconds, wall = process start to target; search TTA ~: predicted",
              f"  {'recipe':<16} {'search TTA':>10} {'median':>8} {'min':>8} {'max':>8} {'reached':>8} "
              f"{'wall':>8} {'vs base':>8}"]
@@ -59,6 +81,9 @@ def format_confirmation(outcome: ConfirmOutcome) -> str:
         vs = (f"{base / c.median:.2f}x" if base and c.median else "-")
         mark = " <- confirmed best" if c is outcome.winner else ""
         search = fmt(c.search_tta_seconds) if c.search_predicted is None else f"~{c.search_predicted[0]:.2f}"
+        if c.not_run is not None:
+            lines.append(f"  {c.label[-16:]:<16} {search:>10} not run: {c.not_run}")
+            continue
         lines.append(f"  {c.label[-16:]:<16} {search:>10} {fmt(c.median):>8} "
                      f"{fmt(min(got) if got else None):>8} {fmt(max(got) if got else None):>8} "
                      f"{len(got):>4}/{len(c.ttas):<3} {fmt(c.wall_median):>8} {vs:>8}{mark}")

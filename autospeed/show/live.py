@@ -370,6 +370,13 @@ class TrainProgress:
         bar = "#" * filled + "-" * (self.width - filled)
         return f"  [{bar}] {100 * done:3.0f}%  {self.stats(e)}"
 
+    def note(self, text: str) -> None:
+        """A line of its own, above the bar while it is drawn."""
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(text, file=self.stream, flush=True)
+
     def update(self, e) -> None:
         if not self.live:
             self.stream.write(self.line(e) + "\n")

@@ -18,6 +18,7 @@ from autospeed.track import runs as res
 from autospeed.track import layout as t
 from autospeed.errors import RunFailure
 from autospeed.recipe import CompileCost, Measured, load_recipe
+from autospeed.track.trajectory import trajectory_of
 from autospeed.yamlio import atomic_path, write_atomic
 
 # The confirmed winner's torch.compile cache artifacts, an artifact of its trial run (search/confirm.py), and the
@@ -157,6 +158,8 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
                                                                                        compile_cache):
         measured.compile_cache = Path(compile_cache).name  # beside the recipe: it moves with it
     measured.script_own = script_own(parent, recipe)
+    # the curve `autospeed train` checks its run against (track/trajectory.py; a prediction, whatever its source)
+    measured.trajectory = trajectory_of(client, parent, best, recipe.resolved_target, measured)
     recipe.measured = measured
     if measured.confirmed:
         how = f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"
@@ -174,7 +177,10 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
               f"{env.get('device_name', 'the search machine')}, "
               f"{how}; `measured` is ignored by training.\n{budget_note}{_compile_note(measured, recipe)}"
               + ("# measured.compile_cache: torch.compile's cache artifacts of this recipe (a confirmation run's), "
-                 "loaded by `autospeed train` before it compiles.\n" if measured.compile_cache else ""))
+                 "loaded by `autospeed train` before it compiles.\n" if measured.compile_cache else "")
+              + (f"# measured.trajectory: its PREDICTED curve ({measured.trajectory.source}), which `autospeed "
+                 f"train` checks the run against at 10%, 25% and 50% of the predicted TTA.\n"
+                 if measured.trajectory else ""))
     return header + recipe.to_yaml(), best
 
 

@@ -76,6 +76,14 @@ TAG_WALL_ORIGIN = "autospeed.wall_clock_origin"
 M_TTA_PREDICTED, M_TTA_PREDICTED_LOW, M_TTA_PREDICTED_HIGH = (
     "tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
 TAG_TTA_SOURCE = "autospeed.tta_source"  # measured | predicted | none
+# `autospeed train` of an exported winner with a trajectory (autospeed.train.on_track): the predicted TTA it was
+# checked against, measured TTA / predicted, pace (live seconds / predicted seconds to the same metric) at each
+# checkpoint, the verdict and where the prediction came from
+M_PREDICTION_TTA = "prediction_tta_seconds"
+M_TTA_OVER_PREDICTION = "tta_over_prediction"
+M_PACE_OVER_PREDICTION = "pace_over_prediction_{percent}pct"  # 10pct, 25pct, 50pct
+TAG_PREDICTION_VERDICT = "autospeed.prediction_verdict"  # on track | behind/ahead of its prediction | not reached
+TAG_PREDICTION_SOURCE = "autospeed.prediction_source"  # confirmation | trial | prediction
 TAG_TTA_NOTE = "autospeed.tta_note"  # what a prediction rests on, or why there is none
 TTA_MEASURED, TTA_PREDICTED, TTA_NONE = "measured", "predicted", "none"
 TTA_NOTE_PREDICT_OFF = "predict is off"  # the note of a trial that missed in a search without predict
@@ -367,12 +375,21 @@ def applied_tags(applied: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def log_train_run(client, experiment: str, recipe, result) -> str:
-    """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml."""
+def log_train_run(client, experiment: str, recipe, result, prediction: dict | None = None) -> str:
+    """One `autospeed train` run: params, per-evaluation and final metrics, recipe.yaml; with `prediction` (the
+    record of autospeed.train.on_track), the measured TTA against the exported prediction."""
     with interrupts_held():
         run = client.create_run(experiment_id(client, experiment), tags={TAG_KIND: KIND_TRAIN},
                                 run_name=f"train-{recipe.workload.split(':')[-1]}")
         log_batch(client, run.info.run_id, params=recipe_params(recipe.training_fields()))
+        if prediction is not None:
+            paces = {M_PACE_OVER_PREDICTION.format(percent=round(100 * c["fraction"])): c["pace"]
+                     for c in prediction["checks"] if c["pace"] != float("inf")}
+            log_batch(client, run.info.run_id,
+                      metrics({M_PREDICTION_TTA: prediction["predicted_tta_seconds"],
+                               M_TTA_OVER_PREDICTION: prediction["tta_over_prediction"], **paces}),
+                      tags={TAG_PREDICTION_VERDICT: prediction["verdict"],
+                            TAG_PREDICTION_SOURCE: prediction["source"]})
         finish_run(client, run.info.run_id, recipe, result)
     return run.info.run_id
 

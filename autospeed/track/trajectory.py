@@ -1,0 +1,90 @@
+"""The exported winner's expected curve (autospeed.recipe.Trajectory), read back from the search's runs for
+`autospeed export`; `autospeed train` checks its live run against it (autospeed.train.on_track).
+
+What it is made from, in order of what the search has:
+  * confirmation: the winner's confirmation run whose TTA is nearest their median (its evaluations up to the
+    target); expected TTA their median, its range min..max;
+  * trial: an unconfirmed winner that reached in its trial: the trial's own curve, one measurement;
+  * prediction: an unconfirmed winner that did not reach: its trial's curve, then the predicted crossing of the
+    target (80% interval), with the metric interpolated linearly in log seconds between the last evaluation and
+    the crossing (a learning curve rises fast first, slowly later; it is a prediction and says so).
+"""
+
+from __future__ import annotations
+
+import math
+
+from autospeed.recipe import Measured, Trajectory
+from autospeed.track import layout as t
+
+MAX_POINTS = 200  # of a curve in best.yaml: every evaluation of a long run would bloat the file
+BRIDGE_POINTS = 16  # from the trial's last evaluation to a predicted crossing
+
+
+def curve_of(client, run_id: str, metric: str) -> list[tuple[float, float]]:
+    """(train seconds, metric) of a run's evaluations, joined on the optimizer step they were logged at."""
+    seconds = {m.step: m.value for m in client.get_metric_history(run_id, t.M_TRAIN_SECONDS)}
+    values = {m.step: m.value for m in client.get_metric_history(run_id, metric)}
+    return sorted((seconds[s], values[s]) for s in values if s in seconds)
+
+
+def thinned(points: list[tuple[float, float]], most: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """At most `most` points, evenly over the evaluations, the last kept (it is the one at the target)."""
+    if len(points) <= most:
+        return points
+    step = math.ceil(len(points) / most)
+    return points[::step][: most - 1] + [points[-1]]
+
+
+def _confirm_runs(client, parent, trial_id: str) -> list:
+    trials = parent.data.metrics.get(t.M_CONFIRM_TRIALS)
+    runs = client.search_runs(
+        [parent.info.experiment_id], max_results=1000,
+        filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = "
+                      f"'{t.KIND_CONFIRM}' and tags.`{t.TAG_TRIAL_ID}` = '{trial_id}' and "
+                      f"attributes.status = 'FINISHED'")
+    return [r for r in runs if r.data.metrics.get(t.M_TTA) is not None
+            and (trials is None or r.data.tags.get(t.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+
+
+def trajectory_of(client, parent, best, target, measured: Measured) -> Trajectory | None:
+    """The expected curve of the exported winner `best` (a runs.TrialRow) to `target`, as `measured` says it was
+    decided; None when there is nothing to draw it from."""
+    kind = dict(metric=target.metric, mode=target.mode)
+    if measured.confirmed:
+        runs = _confirm_runs(client, parent, best.trial_id)
+        if not runs or measured.tta_seconds_median is None:
+            return None
+        median = measured.tta_seconds_median
+        run = min(runs, key=lambda r: (abs(r.data.metrics[t.M_TTA] - median), r.data.metrics[t.M_TTA]))
+        points = [p for p in curve_of(client, run.info.run_id, target.metric) if p[0] <= run.data.metrics[t.M_TTA]]
+        if not points:
+            return None
+        return Trajectory(source="confirmation", **kind, tta_seconds=median, tta_low_seconds=measured.tta_seconds_min,
+                          tta_high_seconds=measured.tta_seconds_max, points=thinned(points),
+                          note=f"the curve of the confirmation run with the TTA nearest the median of "
+                               f"{measured.repeats} (seed {run.data.params.get('seed', '?')}); TTA: their median, "
+                               f"min..max")
+    points = curve_of(client, best.run_id, target.metric)
+    if not points:  # a run that logged no evaluation: nothing to draw a curve from
+        return None
+    if best.reached and best.tta_seconds:
+        return Trajectory(source="trial", **kind, tta_seconds=best.tta_seconds,
+                          points=thinned([p for p in points if p[0] <= best.tta_seconds]),
+                          note="the search trial's own curve, one measurement in a reused process (unconfirmed)")
+    if measured.tta_predicted_seconds is None:
+        return None
+    crossing = measured.tta_predicted_seconds
+    (last_seconds, last_value), points = points[-1], thinned(points, MAX_POINTS - BRIDGE_POINTS)
+    bridge = []
+    if 0 < last_seconds < crossing:
+        span = math.log(crossing / last_seconds)
+        for i in range(1, BRIDGE_POINTS + 1):
+            s = last_seconds * math.exp(span * i / BRIDGE_POINTS)
+            bridge.append((s, last_value + (target.value - last_value) * math.log(s / last_seconds) / span))
+    return Trajectory(source="prediction", **kind, tta_seconds=crossing,
+                      tta_low_seconds=measured.tta_predicted_low_seconds,
+                      tta_high_seconds=measured.tta_predicted_high_seconds,
+                      points=[p for p in points if p[0] < crossing] + bridge or [(crossing, target.value)],
+                      note=f"PREDICTED: the trial's curve to {last_seconds:.3g} s, then interpolated linearly in log "
+                           f"seconds to the predicted crossing of the target (80% interval); not measured")

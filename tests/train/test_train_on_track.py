@@ -1,0 +1,72 @@
+"""`autospeed train` of an exported recipe with a predicted curve (measured.trajectory) checks its live run
+against it at 10%, 25% and 50% of the predicted TTA and records the measured TTA against the prediction, in its
+output, its JSON result and its MLflow run (autospeed/train/on_track.py; docs/design.md "The production run is the
+last confirmation").
+
+The curve is the recipe's own, measured by a first `autospeed train` and read back from its MLflow run the way
+`autospeed export` reads a confirmation run's. Unchanged, it is the prediction of a run of the same recipe and
+seed: on track. Slowed on purpose, the trajectory claims the same curve 16x faster than the recipe trains: behind
+at every checkpoint. The claimed range is 3x either way, so a loaded machine's timing noise between two runs of
+the same recipe stays on track; 16x is outside any such noise."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from mlflow.tracking import MlflowClient
+
+from autospeed.track import layout as t
+from autospeed.track.trajectory import curve_of
+
+RECIPE = dict(workload="digits", target_accuracy=0.9, max_train_seconds=120, epochs=40, eval_every_epochs=0.25,
+              batch_size=32, device="cpu", seed=0)
+CLAIMED_FASTER = 16.0  # the slowed case's trajectory: the recipe's own curve, every second divided by this
+RANGE = 3.0  # the claimed TTA range either way: predicted / 3 .. predicted x 3
+
+
+def logged_run(proc) -> str:
+    return re.search(r"logged MLflow run (\w+)", proc.stdout + proc.stderr).group(1)
+
+
+def test_train_says_behind_its_prediction_for_a_slowed_run_and_on_track_for_an_unchanged_one(run_cli, tmp_path,
+                                                                                           new_store):
+    uri = new_store(tmp_path / "store")
+    client = MlflowClient(uri)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(RECIPE))
+    first = run_cli("train", "--config", str(plain), "--tracking-uri", uri)
+    assert first.returncode == 0, first.stderr
+    run_id = logged_run(first)
+    tta = client.get_run(run_id).data.metrics[t.M_TTA]
+    curve = curve_of(client, run_id, "val_accuracy")
+    assert len(curve) >= 4 and curve[-1][0] == tta
+
+    for faster, verdict in ((1.0, "on track"), (CLAIMED_FASTER, "behind its prediction")):
+        predicted = tta / faster
+        note = "the recipe's own curve" + (f", claimed {faster:g}x faster" if faster > 1 else "")
+        trajectory = {"source": "confirmation", "note": note,
+                      "metric": "val_accuracy", "mode": "max", "tta_seconds": predicted,
+                      "tta_low_seconds": predicted / RANGE, "tta_high_seconds": predicted * RANGE,
+                      "points": [[s / faster, v] for s, v in curve]}
+        best = tmp_path / f"best-{faster:g}.yaml"
+        best.write_text(yaml.safe_dump({**RECIPE, "measured": {"confirmed": True, "trajectory": trajectory}}))
+        proc = run_cli("train", "--config", str(best), "--tracking-uri", uri, "--json")
+        assert proc.returncode == 0, proc.stderr
+        checks = [line for line in proc.stderr.splitlines() if line.startswith("prediction check at")]
+        assert [re.search(r"at (\d+)% of", line).group(1) for line in checks] == ["10", "25", "50"], proc.stderr
+        assert all(line.endswith(f"{verdict} (on track: {1 / RANGE:.2f}x-{RANGE:.2f}x)") for line in checks), checks
+        final = next(line for line in proc.stderr.splitlines() if line.startswith("measured TTA"))
+        assert f"the prediction, {verdict}" in final and "(predicted from its confirmation runs)" in final
+
+        result = json.loads(proc.stdout)
+        prediction = result["prediction"]
+        assert prediction["verdict"] == verdict and prediction["measured_tta_seconds"] == result["tta_seconds"]
+        assert prediction["tta_over_prediction"] == result["tta_seconds"] / predicted
+        run = client.get_run(logged_run(proc))
+        assert run.data.tags[t.TAG_PREDICTION_VERDICT] == verdict
+        assert run.data.tags[t.TAG_PREDICTION_SOURCE] == "confirmation"
+        assert run.data.metrics[t.M_PREDICTION_TTA] == predicted
+        assert set(run.data.metrics) >= {"pace_over_prediction_10pct", "pace_over_prediction_25pct",
+                                         "pace_over_prediction_50pct", t.M_TTA_OVER_PREDICTION}
