@@ -169,8 +169,11 @@ def score(cut: Cut, exponent: Exponent, cap_seconds: float) -> tuple[float, Pred
     if mid > cap_seconds:
         return censored, none(f"past the cap: ~{mid:.3g} s is above {cap_seconds:.3g} s ({from_pool})")
     low = crossing_seconds(cut, exponent.high)  # the faster fall gives the earlier crossing
-    high = min(crossing_seconds(cut, exponent.low), cap_seconds)
+    slow = crossing_seconds(cut, exponent.low)
+    # never past the run's end: at the slow end of the interval the run may end first (said so)
+    high = min(slow, cut.run_end_seconds, cap_seconds)
     low, mid = max(low, cut.seconds), max(mid, cut.seconds)  # it had not met the target by the cut
     note = f"projected from the error at {cut.seconds:.3g} s, {from_pool}" + \
-        (f", with the wsd decay (error x {COOLDOWN_ERROR_FACTOR})" if cut.decays else "")
+        (f", with the wsd decay (error x {COOLDOWN_ERROR_FACTOR})" if cut.decays else "") + \
+        ("; at the interval's slow end its schedule ends the run first" if not math.isfinite(slow) else "")
     return min(mid, cap_seconds), Prediction(mid, low, max(high, mid), note)
