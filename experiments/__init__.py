@@ -271,6 +271,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/predict.py", "autospeed/search/curve.py",
                   "autospeed/outcome.py", LONG)),
     Experiment(
+        "long_job_ranking", "long_job_ranking.py",
+        "long jobs: decision metrics of three rankings of trials cut at the budget (the previous predictor, the "
+        "metric at the cut, autospeed/horizon.py) over simulated 12-trial searches on the committed curves",
+        runs=(_r(writes=("long_job_ranking.md",), measures=(f"{RESULTS}/long_job_curves.json",
+                                                           f"{RESULTS}/long_job_curves_tuning.json")),),
+        quick=("--searches", "20", "--out", "{out}/long_job_ranking.md"), quick_writes=("long_job_ranking.md",),
+        measures=("autospeed/horizon.py", "autospeed/predict.py", "autospeed/outcome.py")),
+    Experiment(
         "example", "example.py", "the README's examples as a user runs them: the 30-second smoke search, the main "
         "job (fast.yaml) and a long job, each in a new folder with an empty dataset cache",
         runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",), measures=(SMOKE,)),

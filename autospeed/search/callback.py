@@ -19,7 +19,7 @@ from ray.tune import Callback
 from autospeed.track import runs
 from autospeed.track import layout as t
 from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
-from autospeed.search.curve import PREDICTION_KEYS
+from autospeed.search.curve import EXPONENT_KEY, PREDICTION_KEYS
 from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, unwritable
 from autospeed.search.trainable import FINAL, recipe_of
@@ -217,7 +217,8 @@ class TrialTracker(Callback):
         self.search_dir.record_finished(trial.trial_id, {
             FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
             "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0),
-            "tta_source": tags[t.TAG_TTA_SOURCE], "tta_note": tags[t.TAG_TTA_NOTE], **predicted},
+            "tta_source": tags[t.TAG_TTA_SOURCE], "tta_note": tags[t.TAG_TTA_NOTE], **predicted,
+            EXPONENT_KEY: last.get(EXPONENT_KEY)},  # pooled by the trials after it (autospeed.horizon)
             baseline=bool(trial.config.get("baseline")), history=self.history.pop(trial.trial_id, []))
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
         # which says nothing about the recipe (only failures the trainer reported are indexed).

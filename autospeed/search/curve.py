@@ -1,38 +1,42 @@
-"""A trial's evaluation curve and what it predicts (docs/design.md "Long jobs: predicted time to target").
+"""A trial's evaluation curve and its score at equal horizon (docs/design.md "Long jobs: predicted time to target").
 
-With `predict: {enabled: true}`, every report of a trial that has not reached its target carries the
-prediction from its curve so far (autospeed.predict), and its `objective` becomes the predicted TTA:
-  * predicted: the median crossing, at least the train seconds already spent without reaching (it had not
-    met the target by then), at most the cap (`predict.max_seconds`);
-  * no prediction (flat, noisy, diverging, too few points): censored as without predict, with the cap as its
-    budget (`cap x (1 + gap)`), so it ranks above every predicted trial and below none that reached;
+With `predict: {enabled: true}`, every report of a trial that has not reached its target carries its score at
+equal horizon (autospeed.horizon): the error at the cut projected with an exponent pooled over the search's
+finished trials and this one, under the recipe's own schedule (where it ends the run; a wsd decay), and its
+`objective` becomes:
+  * predicted (the crossing comes before the run's end): the median crossing, at least the train seconds already
+    spent without reaching, at most the cap (`predict.max_seconds`);
+  * its schedule ends the run first (measured, or projected): censored as without predict, with the cap as its
+    budget (`cap x (1 + gap)`): below every trial that may reach, ordered by the distance from the target;
   * infeasible: 3 x the cap.
+Every trial with an evaluation gets one of the first two: no trial ranks below another for lacking a prediction.
 Without predict, reports are as before and carry `tta_source` only.
-
-The trial horizon and the schedule agree (docs/design-differences.md): the fit uses only the evaluations
-before the schedule starts to decay (`wsd`'s last `decay_fraction`; never, for `constant`), and a crossing
-after the recipe's last epoch is no prediction: its schedule would end the run first.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from autospeed import horizon
 from autospeed.outcome import INFEASIBLE_FACTOR, Status, is_infeasible, objective
-from autospeed.predict import Prediction, none, predict_tta
+from autospeed.predict import Prediction, none
 from autospeed.track.layout import TTA_MEASURED, TTA_NONE, TTA_NOTE_PREDICT_OFF
 
 PREDICTION_KEYS = ("tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
+EXPONENT_KEY = horizon.EXPONENT_KEY
 
 
 class TrialCurve:
     """The (train seconds, target metric) points of one trial and its prediction after each."""
 
-    def __init__(self, recipe, predict: dict[str, Any] | None, cap_seconds: float, seed: int = 0):
+    def __init__(self, recipe, predict: dict[str, Any] | None, cap_seconds: float,
+                 pool: list[float] | None = None):
+        """`pool`: the exponents of the search's trials finished before this one (from the ledger)."""
         self.recipe = recipe
         self.predict = predict if predict and predict.get("enabled") else None
         self.cap_seconds = cap_seconds
-        self.seed = seed
+        self.pool = list(pool or [])
+        self.cut: horizon.Cut | None = None
         self.seconds: list[float] = []
         self.values: list[float] = []
         self.epochs: list[float] = []
@@ -45,21 +49,18 @@ class TrialCurve:
         self.epochs.append(epoch)
         self.offset_seconds = compile_seconds
 
-    def prediction(self) -> Prediction:
-        """The prediction from the points so far that lie before the schedule decays."""
-        p = self.predict
-        stable_epochs = self.recipe.epochs * (1 - self.recipe.decay_fraction) if self.recipe.schedule == "wsd" \
-            else self.recipe.epochs
-        kept = [i for i, e in enumerate(self.epochs) if e <= stable_epochs + 1e-9]
-        if not kept:
-            return none("no evaluation before the schedule decays")
-        seconds_per_epoch = self.seconds[-1] / self.epochs[-1] if self.epochs[-1] > 0 else None
-        horizon = self.recipe.epochs * seconds_per_epoch if seconds_per_epoch else None
-        target = self.recipe.resolved_target
-        return predict_tta([self.seconds[i] for i in kept], [self.values[i] for i in kept], target.value, target.mode,
-                           min_points=p["min_evaluations"], max_interval_ratio=p["max_interval_ratio"],
-                           offset_seconds=self.offset_seconds, horizon_seconds=horizon,
-                           max_seconds=self.cap_seconds, seed=self.seed)
+    def score(self) -> tuple[float, Prediction]:
+        """(objective, prediction) at equal horizon from the points so far (autospeed.horizon); sets `cut`."""
+        r, target = self.recipe, self.recipe.resolved_target
+        decay = r.epochs * r.decay_fraction if r.schedule == "wsd" else 0.0
+        self.cut = horizon.cut_of(self.seconds, self.values, self.epochs, target=target.value, mode=target.mode,
+                                  run_epochs=r.epochs, decay_epochs=decay, offset_seconds=self.offset_seconds)
+        if self.cut is None:
+            best = next((v for v in self.values if v == v), None)
+            return (objective(Status.NOT_REACHED, None, best, target.value, self.cap_seconds, target.mode),
+                    none("no finite evaluation of a metric with a bound (an accuracy, a non-negative loss)"))
+        exponent = horizon.pooled([*self.pool, self.cut.exponent])
+        return horizon.score(self.cut, exponent, self.cap_seconds)
 
     def fields(self, status: Status | str, reached: bool, best_value: float | None,
                tta_seconds: float | None = None) -> dict[str, Any]:
@@ -74,13 +75,14 @@ class TrialCurve:
         if is_infeasible(status):
             self.last = none(f"the run ended {Status(status).value}")
             score = INFEASIBLE_FACTOR * self.cap_seconds
-        else:
-            self.last = self.prediction()
+        elif not self.seconds:
+            self.last = none("no evaluation yet")
             score = objective(Status.NOT_REACHED, None, best_value, target.value, self.cap_seconds, target.mode)
-        out = {"tta_source": self.last.source, "tta_note": self.last.note, **dict.fromkeys(PREDICTION_KEYS)}
+        else:
+            score, self.last = self.score()
+        out = {"tta_source": self.last.source, "tta_note": self.last.note, **dict.fromkeys(PREDICTION_KEYS),
+               EXPONENT_KEY: self.cut.exponent if self.cut is not None else None}
         if self.last.ok:
-            spent = self.seconds[-1] if self.seconds else 0.0
-            score = min(max(self.last.seconds, spent), self.cap_seconds)
             out.update(zip(PREDICTION_KEYS, (self.last.seconds, self.last.low_seconds, self.last.high_seconds)))
         return {**out, "objective": score}
 

@@ -184,6 +184,17 @@ class SearchDir:
                 highs.append(high)
         return sorted(highs)[keep - 1] if len(highs) >= keep else None
 
+    def exponents(self) -> list[float]:
+        """The error exponents (autospeed.horizon) of the finished trials that measured one, for the next trial
+        to pool with its own."""
+        folder = self.path / "finished"
+        if not folder.is_dir():
+            return []
+        from autospeed.horizon import EXPONENT_KEY
+
+        values = (json.loads(path.read_text()).get(EXPONENT_KEY) for path in folder.glob("*.json"))
+        return [float(v) for v in values if isinstance(v, (int, float))]
+
     # ---- the recipe index: the first trial of each recipe and its outcome ----
     def _recipe_file(self, key: str) -> Path:
         return self.path / "recipes" / f"{key}.json"

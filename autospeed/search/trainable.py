@@ -44,10 +44,11 @@ class TrialReports:
     """The reports of one trial, the same whether it trains here or on Ray Train workers: one per
     evaluation, then the final one."""
 
-    def __init__(self, recipe, key: str, where: str, predict: dict[str, Any] | None = None, cap: float = 0.0):
+    def __init__(self, recipe, key: str, where: str, predict: dict[str, Any] | None = None, cap: float = 0.0,
+                 pool: list[float] | None = None):
         self.recipe, self.key, self.where = recipe, key, where
         self.first = True
-        self.curve = TrialCurve(recipe, predict, cap)
+        self.curve = TrialCurve(recipe, predict, cap, pool)
 
     def evaluation(self, e) -> dict[str, Any]:
         from autospeed.train.environment import environment
@@ -127,12 +128,14 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report({**first, FINAL: True, "duplicate_of": first["trial_id"], "recipe_key": key, "node": where,
                      "train_seconds": 0.0, "wall_seconds": 0.0, "step": 0, "recipe_yaml": recipe.to_yaml()})
         return
+    # under predict: the exponents of the trials finished so far, pooled with this one's (autospeed.horizon)
+    pool = folder.exponents() if spec.predict.enabled else []
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         _drive_workers(recipe, key, threads, gpus, folder, tune.get_context().get_trial_id(),
-                       spec.predict.model_dump(), cap_seconds(spec))
+                       spec.predict.model_dump(), cap_seconds(spec), pool)
         return
 
-    reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec))
+    reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec), pool)
     if spec.script_workdir:  # a script starts where the search started, not in this trial's folder (Ray's cwd)
         os.environ[script_channel.WORKDIR] = spec.script_workdir
     workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
@@ -149,7 +152,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
 
 
 def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, trial_id: str,
-                   predict: dict[str, Any], cap: float) -> None:
+                   predict: dict[str, Any], cap: float, pool: list[float]) -> None:
     """This trial as the driver of a Ray Train run on the recipe's workers; Ray's TuneReportCallback
     hands rank 0's reports to Tune. The workers stop at the first evaluation that finds the trial's
     stop file, which ASHA writes (data_parallel.request_stop)."""
@@ -160,7 +163,7 @@ def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, tr
     stop = stop_file(folder.path, trial_id)
     stop.unlink(missing_ok=True)  # a request to this trial's earlier run, which a killed search left: it starts over
     config = {"recipe": recipe.model_dump_json(), "key": key, "stop_file": str(stop),
-              "threads": worker_threads(recipe.workers, cpus), "predict": predict, "cap": cap}
+              "threads": worker_threads(recipe.workers, cpus), "predict": predict, "cap": cap, "pool": pool}
     fit(_trial_worker, config, workers=recipe.workers, cpus=cpus, gpus=gpus > 0, driver_cpus=DRIVER_CPUS,
         storage_path=str(folder.path / "train"), name=trial_id, callbacks=[TuneReportCallback()])
 
@@ -179,7 +182,8 @@ def _trial_worker(config: dict[str, Any]) -> None:
     from autospeed.train.trainer import train
 
     recipe = Recipe.model_validate_json(config["recipe"])
-    reports = TrialReports(recipe, config["key"], node(), config.get("predict"), config.get("cap", 0.0))
+    reports = TrialReports(recipe, config["key"], node(), config.get("predict"), config.get("cap", 0.0),
+                           config.get("pool"))
 
     def on_eval(e) -> bool:
         ray.train.report({**reports.evaluation(e), STOP_FILE: config["stop_file"]})

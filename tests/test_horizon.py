@@ -1,0 +1,123 @@
+"""Ranking at equal horizon (autospeed/horizon.py) and its place in a trial's reports (search/curve.py): a run's
+own schedule is never extrapolated past, and no trial ranks below a worse one for lacking a prediction.
+Synthetic accuracy curves, no training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autospeed import horizon
+from autospeed.outcome import Status
+from autospeed.recipe import Recipe
+from autospeed.search.curve import TrialCurve
+from autospeed.space import Predict
+
+TARGET = 0.975
+BUDGET_SECONDS = 2.5
+CAP_SECONDS = Predict(enabled=True).cap_seconds(BUDGET_SECONDS)  # 50 s
+SECONDS_PER_EPOCH = 0.25
+T = np.linspace(0.25, BUDGET_SECONDS, 10)  # one evaluation per epoch, 10 epochs by the budget
+
+
+def accuracy(error_at_budget: float, exponent: float = 1.0) -> np.ndarray:
+    """An accuracy whose error falls as t ** -exponent and is `error_at_budget` at the budget."""
+    return np.clip(1.0 - error_at_budget * (T / BUDGET_SECONDS) ** -exponent, 0.0, 1.0)
+
+
+def recipe(epochs: float, schedule: str = "constant") -> Recipe:
+    return Recipe(workload="mnist1d", target_accuracy=TARGET, max_train_seconds=BUDGET_SECONDS, epochs=epochs,
+                  schedule=schedule)
+
+
+def report(values, epochs: float = 400, schedule: str = "constant", pool=None, seconds=T) -> dict:
+    c = TrialCurve(recipe(epochs, schedule), Predict(enabled=True).model_dump(), CAP_SECONDS, pool)
+    for s, v in zip(seconds, values):
+        c.add(float(s), float(v), float(s) / SECONDS_PER_EPOCH)
+    return c.fields(Status.NOT_REACHED, False, float(max(values)))
+
+
+def test_a_run_whose_schedule_ends_before_the_target_is_never_extrapolated_past_its_end():
+    """Error 0.05 at 2.5 s falling as 1/t meets 0.025 at 5 s. A 16-epoch run (4 s) ends first: no TTA is given, at
+    4 s or beyond, and it is censored below every trial that may reach. A 24-epoch run (6 s) is predicted at about
+    5 s, and no bound of its interval lies past its end, though slower exponents of the pool would cross later."""
+    values = accuracy(0.05)
+    pool = [0.5, 0.7, 1.0, 1.3, 1.5]
+    ends_later = report(values, epochs=24, pool=pool)
+    assert ends_later["tta_source"] == "predicted", ends_later["tta_note"]
+    assert ends_later["tta_predicted_seconds"] == pytest.approx(5.0, rel=0.05)
+    assert ends_later["tta_predicted_high_seconds"] <= 24 * SECONDS_PER_EPOCH
+    short = report(values, epochs=16, pool=pool)
+    assert short["tta_source"] == "none" and "schedule ends the run" in short["tta_note"]
+    assert short["tta_predicted_seconds"] is None and short["tta_predicted_high_seconds"] is None
+    assert short["objective"] > CAP_SECONDS > ends_later["objective"]
+
+
+def test_a_run_that_ended_inside_the_trial_is_ranked_by_that():
+    """A 10-epoch run ends at the budget: measured to its end without the target, censored, whatever its curve."""
+    out = report(accuracy(0.03, exponent=3.0), epochs=10)
+    assert out["tta_source"] == "none" and "ended the run" in out["tta_note"]
+    assert out["objective"] > CAP_SECONDS
+
+
+def test_a_wsd_run_is_credited_with_its_decay_and_never_past_its_end():
+    """Error 0.05 at 2.5 s falling as 1/t: a 24-epoch wsd run (6 s, decay from 4.8 s) meets 0.025 in its decay
+    (the stable phase alone would meet it at 5 s, after the decay starts); under constant the same 24 epochs end
+    at 6 s too, but it met the target at 5 s either way. At 0.06 the stable phase would need 6 s: constant ends
+    first, wsd's decay gets there before its end."""
+    values = accuracy(0.06)
+    constant, wsd = report(values, epochs=24), report(values, epochs=24, schedule="wsd")
+    assert constant["tta_source"] == "none"
+    assert wsd["tta_source"] == "predicted", wsd["tta_note"]
+    assert 24 * 0.8 * SECONDS_PER_EPOCH <= wsd["tta_predicted_seconds"] <= 24 * SECONDS_PER_EPOCH
+    assert wsd["tta_predicted_high_seconds"] <= CAP_SECONDS
+    assert wsd["objective"] < constant["objective"]
+
+
+def test_no_trial_ranks_below_a_worse_one_for_lacking_a_prediction():
+    """A noisy, nearly flat curve (the per-curve predictor called it flat and censored it at the cap) that is
+    closer to the target than a smooth one: every trial is projected with the exponent pooled over the search's
+    finished trials, so the closer one ranks first."""
+    rng = np.random.default_rng(3)
+    noisy = 1.0 - 0.03 * (T / BUDGET_SECONDS) ** -0.05 + rng.normal(0.0, 0.003, len(T))
+    smooth = accuracy(0.05)
+    pool = [0.8, 1.0, 1.2, 0.9]
+    a, b = report(noisy, pool=pool), report(smooth, pool=pool)
+    assert 1 - max(noisy) < 1 - max(smooth)  # the noisy trial is closer to the target at the cut
+    assert a["tta_source"] == "predicted", a["tta_note"]
+    assert a["objective"] < b["objective"], (a["tta_note"], b["tta_note"])
+
+
+def test_with_one_pooled_exponent_the_order_is_the_metric_s_at_the_cut():
+    """Where no schedule intervenes, one exponent for all keeps the order of the error at the cut, whatever each
+    curve's own shape."""
+    pool = [1.0, 0.8, 1.2, 0.9]
+    errors = [0.03, 0.035, 0.05, 0.08]
+    shapes = [3.0, 0.2, 1.5, 0.5]  # each curve's own exponent: the steep ones would extrapolate fastest alone
+    objectives = [report(accuracy(e, k), pool=pool)["objective"] for e, k in zip(errors, shapes)]
+    assert objectives == sorted(objectives)
+
+
+def test_pooled_exponent_and_its_interval():
+    assert horizon.pooled([]) == horizon.Exponent(horizon.DEFAULT_EXPONENT, 0.5, 2.0, 0)
+    few = horizon.pooled([0.8, None, 1.2])
+    assert (few.mid, few.low, few.high, few.count) == (1.0, 0.5, 2.0, 2)
+    many = horizon.pooled([0.5, 0.8, 1.0, 1.2, 2.0])
+    assert many.low <= many.mid == 1.0 <= many.high and many.count == 5
+
+
+def test_the_interval_holds_the_median_and_starts_at_the_cut():
+    out = report(accuracy(0.05), pool=[0.5, 0.9, 1.0, 1.1, 1.5])
+    low, mid, high = (out[f"tta_predicted{s}_seconds"] for s in ("_low", "", "_high"))
+    assert BUDGET_SECONDS <= low <= mid <= high <= CAP_SECONDS
+    assert out["objective"] == mid
+
+
+def test_a_metric_without_a_bound_is_censored_not_projected():
+    cut = horizon.cut_of([1.0, 2.0], [-3.0, -2.0], [1.0, 2.0], target=-1.0, mode="max", run_epochs=10)
+    assert cut is None
+    assert math.isinf(horizon.crossing_seconds(horizon.Cut(
+        seconds=2.0, error=0.1, error_seconds=2.0, target_error=0.05, gap=0.1, run_end_seconds=3.0,
+        stable_end_seconds=3.0, decays=False, ended=False, exponent=1.0), 1.0))
