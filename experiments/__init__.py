@@ -164,8 +164,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
              "outside the repository, as experiments/public_scripts.py describes); about 6 minutes on 2 cores",
         measures=(*SEARCH, "autospeed/script/")),
     Experiment(
-        "kill_anywhere", "kill_anywhere.py", "searches SIGKILLed at 50+ random moments, each resumed: every "
-        "finished trial kept once, and the ledger, MLflow and Optuna agree",
+        "kill_anywhere", "kill_anywhere.py", "searches SIGKILLed at 50+ random moments (in confirmation and the "
+        "ablation too, counted apart), each resumed: every finished trial, confirmation and ablation run kept once, "
+        "and the ledger, MLflow and Optuna agree",
         runs=(_r(writes=("kill_anywhere.md",)),),
         # no quick pass: every run of it starts Ray (its --quick, 2 searches x 2 kills, takes about 2 minutes),
         # and the suite kills a search at seeded points of its own (tests/reliability/test_kill_anywhere.py)

@@ -1,16 +1,20 @@
 """The driver of a search SIGKILLed at random moments, each time followed by `--resume`: does every search
-resume to completion with every finished trial kept once, and do Optuna, MLflow and the ledger agree?
-(issue 30's goal; docs/design.md "Crash anywhere, lose nothing"). The suite's tests/reliability/test_kill_anywhere.py
+resume to completion with every finished trial and every finished confirmation and ablation run kept once, and do
+Optuna, MLflow and the ledger agree? (issues 30 and 40; docs/design.md "Crash anywhere, lose nothing"). The suite's tests/reliability/test_kill_anywhere.py
 kills at points a hook chooses; here a clock chooses them, as the OOM killer or a preemption would.
 
     python experiments/kill_anywhere.py                    # 10 searches x 6 kills, at least 50 landed (~30 min)
     python experiments/kill_anywhere.py --quick            # 2 searches x 2 kills: the script end to end
-    python experiments/kill_anywhere.py --searches 10 --kills-per-search 6 --trials 5 --seed 0 --min-kills 50 \\
-        --out experiments/results/kill_anywhere.md
+    python experiments/kill_anywhere.py --searches 10 --kills-per-search 6 --trials 5 --confirm-repeats 2 \\
+        --seed 0 --min-kills 50 --out experiments/results/kill_anywhere.md
 
 The workload is tiny on purpose, so that kills land everywhere in a search and not mostly inside one long trial:
 the faulty plugin of tests/reliability/conftest.py (never failing: oom_above 10000), --trials trials of a
-fraction of a second, probe off, ASHA off, random sampler, top 1 confirmed with 0 repeats.
+fraction of a second, probe off, ASHA off, random sampler, the top 1 and the baseline confirmed with
+--confirm-repeats interleaved rounds (each run a fresh process) and the winner's ablation with as many rounds (0:
+neither, the measurement before issue 40). A kill's phase (start-up and trials, confirmation, ablation, export
+and close) is the last phase line the killed run printed (_kill_confirm.py); kills inside confirmation and the
+ablation are counted apart.
 
 First one unkilled search in a fresh folder is timed: its wall seconds are T, the kill window (--window: given
 instead). Then, for each search, in a fresh folder (its own sqlite MLflow store and storage path):
@@ -27,7 +31,9 @@ instead). Then, for each search, in a fresh folder (its own sqlite MLflow store 
   holds exactly --trials trials, one of them the baseline; no MLflow trial run left RUNNING or KILLED. Lost: a
   trial id in the ledger after some kill (the ledger is written once a trial's MLflow run is final) and not in
   it at the end, or whose entry changed since. Duplicated: a trial id twice among MLflow's trial runs or
-  Optuna's finished trials, or more finished trials (ledger, MLflow, Optuna) than --trials.
+  Optuna's finished trials, or more finished trials (ledger, MLflow, Optuna) than --trials. The same of the
+  confirmation and ablation runs (_kill_confirm.py): none left RUNNING, one finished run per planned (recipe,
+  knob, round), none FINISHED after a kill and missing or changed at the end.
 - For every resume (a run after the first): whether it said it rebuilt the search from its own records
   (Ray Tune's state torn or missing: the `resume: ... rebuilt the search from its own records` line), restored
   Ray Tune's state, or started anew (killed before it wrote its state: `--resume: no earlier search ...
@@ -51,7 +57,6 @@ import random
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +70,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, cpu_lock, provenance, results_header, shown, write_results
+from _kill_confirm import ProductionRecord, phase_of
+from _kill_report import STDERR_TAIL_LINES, report
 
 sys.path.insert(0, str(ROOT))
 from tests.reliability.conftest import FAULTY_PLUGIN
@@ -74,18 +81,19 @@ SEARCH_LINE = re.compile(r"^search '(.+)' \((.+)\): ")
 REBUILT = "rebuilt the search from its own records"
 STARTED = "--resume: no earlier search named"
 FINAL_TIMEOUT_SECONDS = 600  # only guards against a hang: an unkilled search here takes tens of seconds
-STDERR_TAIL_LINES = 30
 
 
-def space_file(folder: Path, trials: int) -> Path:
-    """The search space (as tests/reliability/test_kill_anywhere.py's) and its plugin, written into `folder`."""
+def space_file(folder: Path, trials: int, confirm_repeats: int) -> Path:
+    """The search space (as tests/reliability/test_kill_anywhere.py's, with confirmation and ablation) and its
+    plugin, written into `folder`."""
     (folder / "faulty_plugin.py").write_text(textwrap.dedent(FAULTY_PLUGIN))
     path = folder / "space.yaml"
     path.write_text(yaml.safe_dump({
         "name": NAME, "workload": "faulty_plugin:faulty", "workload_options": {"oom_above": 10_000},
         "target_accuracy": 0.9, "budget": {"trials": trials, "max_train_seconds": 60},
         "asha": {"enabled": False}, "sampler": {"kind": "random", "seed": 0},
-        "confirm": {"top_k": 1, "repeats": 0}, "probe": {"enabled": False},
+        "confirm": {"top_k": 1, "repeats": confirm_repeats, "ablation": confirm_repeats > 0},
+        "probe": {"enabled": False},
         "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 20, "eval_every_epochs": 1},
         "space": {"lr": {"loguniform": [0.02, 0.2]}, "batch_size": {"choice": [16, 32, 64]}},
     }, sort_keys=False))
@@ -111,6 +119,7 @@ class Run:
     wall_seconds: float = 0.0
     search_line_seconds: float | None = None  # its start to the moment its `search '...' (...)` line was read
     said: str = "unknown"  # started, restored, rebuilt; unknown: killed before it said
+    phase: str = ""  # where it was when it ended (_kill_confirm.phase_of)
     stdout: str = ""
     stderr_path: Path | None = None
 
@@ -168,7 +177,7 @@ def run_once(args: list[str], folder: Path, env: dict[str, str], index: int, kil
         run.rc = None  # ran past FINAL_TIMEOUT_SECONDS: a hang, not a kill
     run.stdout = "\n".join(lines)
     (folder / f"run-{index:02d}.out").write_text(run.stdout + "\n")
-    run.said = what_it_said(run, lines)
+    run.said, run.phase = what_it_said(run, lines), phase_of(lines)
     return run
 
 
@@ -201,6 +210,7 @@ class SearchResult:
     problems: list[str] = field(default_factory=list)  # checks that did not hold
     audit: str = ""
     ledger: int = 0
+    production: ProductionRecord = field(default_factory=ProductionRecord)  # confirmation and ablation runs
 
     @property
     def ok(self) -> bool:
@@ -217,7 +227,8 @@ def ledger_snapshot(storage: Path) -> dict[str, bytes]:
     return {i: search_dir.ledger(i).read_bytes() for i in search_dir.finished_ids()}
 
 
-def check_search(result: SearchResult, storage: Path, uri: str, trials: int, seen: dict[str, bytes]) -> None:
+def check_search(result: SearchResult, storage: Path, uri: str, trials: int, seen: dict[str, bytes],
+                 confirm_repeats: int) -> None:
     """The end-of-search checks (module docstring); what does not hold goes to result.problems."""
     from mlflow.tracking import MlflowClient
 
@@ -267,13 +278,15 @@ def check_search(result: SearchResult, storage: Path, uri: str, trials: int, see
         result.problems.append(f"lost (in the ledger after a kill, missing or changed at the end): {result.lost}")
     if result.duplicated:
         result.problems.append(f"duplicated: {result.duplicated}")
+    result.production.check(uri, confirm_repeats)
+    result.problems += result.production.problems
 
 
-def one_search(index: int, folder: Path, trials: int, kills: int, window_seconds: float,
+def one_search(index: int, folder: Path, trials: int, confirm_repeats: int, kills: int, window_seconds: float,
                rng: random.Random) -> SearchResult:
     """One search killed `kills` times at random moments (unless it finishes first), then run to its end."""
     folder.mkdir(parents=True)
-    space = space_file(folder, trials)
+    space = space_file(folder, trials, confirm_repeats)
     storage, uri = folder / "store", f"sqlite:///{folder / 'mlflow.db'}"
     args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(storage), "--resume"]
     env = cli_env(folder)
@@ -287,7 +300,8 @@ def one_search(index: int, folder: Path, trials: int, kills: int, window_seconds
         if run.killed:
             result.kills += 1
             seen.update(ledger_snapshot(storage))
-            print(f"  search {index} run {run.index}: killed at {kill_at:.1f} s ({run.said}"
+            result.production.after_kill(uri)
+            print(f"  search {index} run {run.index}: killed at {kill_at:.1f} s in {run.phase} ({run.said}"
                   f"{'' if run.search_line_seconds is None else f', search line at {run.search_line_seconds:.1f} s'}"
                   f"), ledger {len(seen)}", flush=True)
             continue
@@ -302,17 +316,18 @@ def one_search(index: int, folder: Path, trials: int, kills: int, window_seconds
     run = run_once(args, folder, env, len(result.runs), None)
     result.runs.append(run)
     result.wall_seconds = time.perf_counter() - start
-    check_search(result, storage, uri, trials, seen)
+    check_search(result, storage, uri, trials, seen, confirm_repeats)
     print(f"  search {index}: final run exit {run.rc} after {run.wall_seconds:.1f} s ({run.said}); "
-          f"{result.kills} kills, {result.finished_before_kill} finished before the kill, {result.audit}; "
+          f"{result.kills} kills, {result.finished_before_kill} finished before the kill, {result.audit}, "
+          f"{result.production.finished} confirmation and ablation runs; "
           f"{'ok' if result.ok else 'FAILED: ' + '; '.join(result.problems)}", flush=True)
     return result
 
 
-def calibrate(folder: Path, trials: int) -> float:
+def calibrate(folder: Path, trials: int, confirm_repeats: int) -> float:
     """The wall seconds of one unkilled search in a fresh folder (exit 0 required): the kill window."""
     folder.mkdir(parents=True)
-    space = space_file(folder, trials)
+    space = space_file(folder, trials, confirm_repeats)
     args = ["search", "--space", str(space), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
             "--storage-path", str(folder / "store"), "--resume"]
     run = run_once(args, folder, cli_env(folder), 0, None)
@@ -320,20 +335,6 @@ def calibrate(folder: Path, trials: int) -> float:
         raise SystemExit(f"kill_anywhere: the unkilled search exited {run.rc}; its folder is kept: {folder}\n"
                          f"{run.stdout}\n{run.stderr_tail()}")
     return run.wall_seconds
-
-
-def quantile(values: list[float], q: float) -> float:
-    """The q-quantile (statistics.quantiles' inclusive method); the value itself for one value."""
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
-
-
-def seconds_row(label: str, values: list[float]) -> str:
-    if not values:
-        return f"| {label} | 0 | - | - | - |"
-    return (f"| {label} | {len(values)} | {statistics.median(values):.1f} | {quantile(values, 0.9):.1f} | "
-            f"{max(values):.1f} |")
 
 
 def code_line() -> str:
@@ -350,93 +351,13 @@ def code_line() -> str:
     return f"autospeed code: {package}, sha256 of its .py files {digest.hexdigest()[:16]}"
 
 
-def report(results: list[SearchResult], window_seconds: float, measured: bool, args, failed: SearchResult | None,
-           elapsed_seconds: float) -> str:
-    resumes = [r for s in results for r in s.runs[1:]]
-    kills = sum(s.kills for s in results)
-    completed = sum(s.ok for s in results)
-    said = {k: sum(r.said == k for r in resumes) for k in ("rebuilt", "restored", "started", "unknown")}
-    lost = sum(len(s.lost) for s in results)
-    duplicated = sum(len(s.duplicated) for s in results)
-    disagreeing = sum(any(p.startswith("the records disagree") for p in s.problems) for s in results)
-    goal = kills >= args.min_kills and completed == len(results) and not lost and not duplicated and not failed
-    goal_line = (f"Issue 30's goal: at least {args.min_kills} SIGKILLs of the driver at random moments, every search "
-                 f"resumed to completion with every finished trial kept once, and Optuna, MLflow and the ledger "
-                 f"agreeing at the end: **{'met' if goal else 'NOT met'}**.")
-    window_text = (f"the wall time of one unkilled search measured first on this machine ({window_seconds:.1f} s)"
-                   if measured else f"given (--window {window_seconds:g})")
-    method = (f"What was done (see the docstring of experiments/kill_anywhere.py): {len(results)} searches of "
-              f"{args.trials} tiny trials each (the faulty plugin, never failing; probe and ASHA off; confirmation "
-              f"repeats 0), each in a fresh folder with its own sqlite MLflow store, started with `autospeed search "
-              f"... --resume` every time; the driver SIGKILLed at a moment drawn uniformly from [0, "
-              f"{window_seconds:.1f}] s after its start (random.Random({args.seed})), then what was left of its "
-              f"process group, until {args.kills_per_search} kills landed in the search (fewer where a run finished "
-              f"it first), then one last unkilled run. The window is {window_text}. The CPU lock was held shared: "
-              f"other work (tests) ran on the same 2 cores meanwhile, so the times below are this busy machine's, "
-              f"not a benchmark. The whole run took {elapsed_seconds / 60:.1f} min.")
-    timing = ("Time to resume: seconds from a resume command's start to its `search 'NAME' (ID): ...` line on "
-              "stdout (Ray started, the search found again, its parent run reopened). Runs killed before that line "
-              "are not in it. A search's wall: its first run's start to its last run's exit, kills and reaping "
-              "included.")
-    per_search = ("Per search: its runs as `kill time s` then `+what it said` (a kill landed) or `=exit code/what "
-                  "it said` (it ended by itself first), then the unkilled run; the audit at its end.")
-    lines = [
-        goal_line,
-        "",
-        method,
-        "",
-        "| count | |",
-        "| --- | ---: |",
-        f"| searches | {len(results)} |",
-        f"| kills landed (driver SIGKILLed while running) | {kills} |",
-        f"| runs that finished before their kill (not kills) | {sum(s.finished_before_kill for s in results)} |",
-        f"| searches resumed to completion (every check held) | {completed} of {len(results)} |",
-        f"| finished trials lost | {lost} |",
-        f"| trials duplicated | {duplicated} |",
-        f"| searches whose records disagree (ledger, MLflow, Optuna) | {disagreeing} |",
-        f"| resumes (runs after a search's first) | {len(resumes)} |",
-        f"| - rebuilt from the search's own records (Tune's state torn or missing) | {said['rebuilt']} |",
-        f"| - restored Ray Tune's state | {said['restored']} |",
-        f"| - started anew (killed before its state was written) | {said['started']} |",
-        f"| - unknown (killed before it said which) | {said['unknown']} |",
-        "",
-        timing,
-        "",
-        "| seconds | n | median | p90 | max |",
-        "| --- | ---: | ---: | ---: | ---: |",
-        seconds_row("time to resume, every resume", [r.search_line_seconds for r in resumes
-                                                      if r.search_line_seconds is not None]),
-        *[seconds_row(f"time to resume, {k}", [r.search_line_seconds for r in resumes
-                                               if r.said == k and r.search_line_seconds is not None])
-          for k in ("rebuilt", "restored", "started")],
-        seconds_row("final (unkilled) run's wall", [s.runs[-1].wall_seconds for s in results]),
-        seconds_row("search's wall, all its runs", [s.wall_seconds for s in results]),
-        "",
-        per_search,
-        "",
-    ]
-    for s in results:
-        runs = ", ".join(
-            (f"{r.kill_at:.1f}+{r.said}" if r.killed else f"{r.kill_at:.1f}={r.rc}/{r.said}") if r.kill_at is not None
-            else f"final {r.wall_seconds:.1f} s exit {r.rc} {r.said}" for r in s.runs)
-        lines.append(f"- search {s.index}: {s.kills} kills, wall {s.wall_seconds:.1f} s; {runs}; {s.audit}; "
-                     f"{'ok' if s.ok else 'FAILED'}")
-    if failed is not None:
-        run = failed.runs[-1] if failed.runs else None
-        lines += ["", f"## Failure: search {failed.index}", "", f"Kept: {failed.folder}", "",
-                  *[f"- {p}" for p in failed.problems]]
-        if run is not None:
-            lines += ["", f"Run {run.index} (exit {run.rc}), stdout:", "", "```", run.stdout, "```", "",
-                      f"its stderr, last {STDERR_TAIL_LINES} lines:", "", "```", run.stderr_tail(), "```"]
-    return "\n".join(lines) + "\n"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--searches", type=int, default=10, help="searches at least (more while --min-kills not met)")
     ap.add_argument("--kills-per-search", type=int, default=6, help="kills that land in each search")
     ap.add_argument("--min-kills", type=int, default=50, help="more searches run until this many kills landed")
     ap.add_argument("--trials", type=int, default=5, help="trials per search (the baseline included)")
+    ap.add_argument("--confirm-repeats", type=int, default=2, help="confirmation and ablation rounds (0: neither)")
     ap.add_argument("--seed", type=int, default=0, help="of the kill moments' draw")
     ap.add_argument("--window", type=float, help="kill moments are drawn from [0, WINDOW] s (default: the wall "
                                                  "time of one unkilled search, measured first)")
@@ -458,12 +379,12 @@ def main() -> int:
     with cpu_lock(exclusive=False):
         begun = time.perf_counter()
         measured = args.window is None
-        window = args.window if args.window is not None else calibrate(work / "calibration", args.trials)
+        window = args.window if args.window is not None else calibrate(work / "calibration", args.trials, args.confirm_repeats)
         print(f"kill window: [0, {window:.1f}] s ({'an unkilled search took' if measured else 'given'} "
               f"{window:.1f} s)", flush=True)
         while len(results) < args.searches or sum(s.kills for s in results) < args.min_kills:
             result = one_search(len(results), work / f"search-{len(results):02d}", args.trials,
-                                args.kills_per_search, window, rng)
+                                args.confirm_repeats, args.kills_per_search, window, rng)
             results.append(result)
             if not result.ok:
                 failed = result

@@ -18,7 +18,9 @@ seed, device). `warmup_fraction` goes back with `schedule` when both differ (a w
 its schedule). A set-back recipe that is not valid (e.g. a micro-batch that no longer divides the
 batch) is skipped, said so.
 
-Each run is an MLflow child run with `autospeed.kind=ablation` and `autospeed.ablation_knob`; the
+Each run is an MLflow child run with `autospeed.kind=ablation` and `autospeed.ablation_knob`, written through
+the search's journal and kept as it finishes (search/confirm_ledger.py): a resumed ablation trains only the
+(knob, round) pairs that have no finished run, with the same seeds, in the same order. The
 parent gets the tag `autospeed.ablation` (JSON, knob -> values, medians, lost, share) and
 ablation.txt; `autospeed export` writes `measured.ablation` (knob -> speed-up lost) from it.
 """
@@ -35,7 +37,8 @@ import pydantic
 
 from autospeed.track import layout as t
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import SEED_OFFSET, Candidate, describe, end_killed, train_and_log
+from autospeed.search.confirm import SEED_OFFSET, Candidate, describe, train_and_log
+from autospeed.search.confirm_ledger import RunLedger
 from autospeed.space import SearchSpec
 
 NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
@@ -127,10 +130,13 @@ def variants(winner: Candidate, baseline: Recipe) -> tuple[list[Ablated], list[s
 
 
 def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candidate, baseline: Recipe,
-                 speedup: float | None, trials_total: int, console=sys.stdout) -> list[Ablated] | None:
+                 speedup: float | None, trials_total: int, console=sys.stdout,
+                 ledger: RunLedger | None = None) -> list[Ablated] | None:
     """Train the ablation's rounds of the confirmed `winner` against the `baseline` recipe, log them, tag the
-    parent; `speedup` is the confirmed one, which the shares divide. A Ctrl-C ends it early (the confirmation
-    stands): its runs are marked KILLED and None is returned."""
+    parent; `speedup` is the confirmed one, which the shares divide. `ledger`: the search's (its journal, the runs
+    an earlier session finished); None: one of its own, writing straight to the store. A Ctrl-C ends it early
+    (the confirmation stands): the run in flight is marked KILLED, the finished ones are kept for the next try,
+    and None is returned."""
     ablated, notes = variants(winner, baseline)
     for note in notes:
         print(f"ablation: {note}", file=console, flush=True)
@@ -142,28 +148,32 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candi
     print(f"\nablation: the winner with each of {len(ablated)} knob(s) set back to the baseline's value "
           f"({', '.join(a.knob for a in ablated)}), {rounds} interleaved rounds with the winner itself, "
           f"each run in a fresh process ({total} runs)", file=console, flush=True)
+    if ledger is None:
+        ledger = RunLedger(client, parent, search_id, trials_total, console=console)
     done = 0
     try:
         for r in range(rounds):
             for c in order:
                 seed = winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
                 knob = c.name.removeprefix("without ") if c is not reference else "none"
-                result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_ABLATION, spec,
-                                       {t.TAG_ABLATION_KNOB: knob})
+                kept = result = ledger.kept_result(t.KIND_ABLATION, c.trial_id, r, knob)
+                if kept is not None:
+                    c.record(kept)
+                else:
+                    ledger.watch("the ablation")
+                    result = train_and_log(ledger, c, r, seed, t.KIND_ABLATION, spec, {t.TAG_ABLATION_KNOB: knob})
                 done += 1
-                print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}",
-                      file=console, flush=True)
+                print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}"
+                      + (" (finished before the resume: kept)" if kept is not None else ""), file=console, flush=True)
     except KeyboardInterrupt:
-        end_killed(client, parent, t.KIND_ABLATION)
-        print("\nablation interrupted: the confirmation stands; no ablation is recorded", file=sys.stderr)
+        print("\nablation interrupted: the confirmation stands; the finished ablation runs are kept, and a resume "
+              "trains only the rest", file=sys.stderr)
         return None
-    except BaseException:
-        end_killed(client, parent, t.KIND_ABLATION)
-        raise
     record = {a.knob: a.as_dict(speedup) for a in ablated}
-    t.log_batch(client, parent.info.run_id, tags={t.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
+    t.log_batch(ledger.out, parent.info.run_id,
+                tags={t.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
     text = format_ablation(ablated, speedup)
-    client.log_text(parent.info.run_id, text, "ablation.txt")
+    ledger.out.log_text(parent.info.run_id, text, "ablation.txt")
     print(text, file=console, flush=True)
     return ablated
 
@@ -225,5 +235,6 @@ def explain(client, name: str, storage_path: str | None = None, repeats: int | N
     ablated = run_ablation(client, spec, parent, state.get("search_id", ""), winner, baseline.recipe, speedup,
                            len(res.trial_rows(client, parent)), console)
     if ablated is None:
-        raise Interrupted("autospeed explain interrupted: no ablation is recorded; run it again")
+        raise Interrupted("autospeed explain interrupted: no ablation is recorded yet; run it again: it trains only "
+                          "the runs that did not finish")
     return ablated

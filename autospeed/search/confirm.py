@@ -50,7 +50,7 @@ from autospeed.search._ray import stop_ray
 from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 from autospeed.space import SearchSpec
 from autospeed.train.script_options import is_script
-from autospeed.search.confirm_ledger import finished_runs
+from autospeed.search.confirm_ledger import RunLedger
 from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
 from autospeed.train.process import train_in_fresh_process
 from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
@@ -229,9 +229,12 @@ def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: st
 
 
 def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
-                     repeats: int | None = None, top_k: int | None = None) -> ConfirmOutcome | None:
+                     repeats: int | None = None, top_k: int | None = None,
+                     ledger: RunLedger | None = None) -> ConfirmOutcome | None:
     """Re-run the best recipes and the baseline, interleaved, each in a fresh process; log them; set the
-    parent's confirm_* results. None when there is nothing to confirm. (The ablation follows: run.py.)"""
+    parent's confirm_* results. None when there is nothing to confirm. (The ablation follows: run.py.)
+    `ledger`: where the runs are written and what an earlier session finished (the search's, writing through its
+    journal); None: one of its own, writing straight to the store."""
     repeats = spec.confirm.repeats if repeats is None else repeats
     mode = spec.confirm.runs_mode  # rounds, or a long job's fewest or one (search/confirm_fewest.py)
     top_k = 1 if mode == ONE else spec.confirm.top_k if top_k is None else top_k
@@ -268,43 +271,39 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
           file=console, flush=True)
     done = 0
     caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
-    end_killed(client, parent, t.KIND_CONFIRM)  # a run a killed process left RUNNING: closed, trained again
-    kept = finished_runs(client, parent, t.KIND_CONFIRM, trials_total)  # a resume trains none of these again
+    if ledger is None:
+        ledger = RunLedger(client, parent, search_id, trials_total, console=console)
 
     def run_once(r: int, i: int, c: Candidate) -> None:
         nonlocal done
         seed = c.recipe.seed + SEED_OFFSET + r
-        result = kept.get((c.trial_id, r))
-        if result is not None:
-            c.record(result)
+        kept = result = ledger.kept_result(t.KIND_CONFIRM, c.trial_id, r)
+        if kept is not None:
+            c.record(kept)
         else:
-            result = train_and_log(client, parent, search_id, c, r, seed, trials_total, t.KIND_CONFIRM, spec,
+            ledger.watch("confirmation")
+            result = train_and_log(ledger, c, r, seed, t.KIND_CONFIRM, spec,
                                    compile_cache_to=_cache_file(caches.name, i, c))
         done += 1
         print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}"
-              + (" (finished before the resume: kept)" if (c.trial_id, r) in kept else ""), file=console, flush=True)
+              + (" (finished before the resume: kept)" if kept is not None else ""), file=console, flush=True)
 
     def run_round(r: int) -> None:
         for i, c in enumerate(candidates):
             run_once(r, i, c)
 
     with caches:
-        try:
-            if mode == ROUNDS:
-                repeats = confirm_rounds(candidates, repeats, max_repeats, run_round, confidence)
-            else:  # a long job: each candidate at most once, only while it could still win
-                confirm_fewest(candidates, lambda c: run_once(0, candidates.index(c), c), mode)
-                repeats = 1
-        except BaseException:  # Ctrl-C, SIGTERM, a crash: no confirm run may stay RUNNING
-            end_killed(client, parent, t.KIND_CONFIRM)
-            raise
-
+        if mode == ROUNDS:
+            repeats = confirm_rounds(candidates, repeats, max_repeats, run_round, confidence)
+        else:  # a long job: each candidate at most once, only while it could still win
+            confirm_fewest(candidates, lambda c: run_once(0, candidates.index(c), c), mode)
+            repeats = 1
         outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
                           given_note=spec.confirm.baseline_tta_note)
         outcome.compile_cache, outcome.runs_mode = spec.confirm.compile_cache, mode
-        _log_parent(client, parent_run_id, outcome, trials_total)
+        _log_parent(ledger.out, parent_run_id, outcome, trials_total)
         if outcome.winner is not None:
-            _log_compile_cache(client, outcome.winner,
+            _log_compile_cache(ledger.out, outcome.winner,
                                _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner), console)
     return outcome
 
@@ -317,13 +316,13 @@ def _cache_file(folder: str, index: int, c: Candidate) -> str | None:
     return os.path.join(folder, str(index), COMPILE_CACHE_ARTIFACT)
 
 
-def _log_compile_cache(client, winner: Candidate, path: str | None, console) -> None:
+def _log_compile_cache(out, winner: Candidate, path: str | None, console) -> None:
     """The confirmed winner's compile cache (its last confirmation run's) as an artifact of its trial run, where
     `autospeed export` finds it and writes it beside best.yaml."""
     if path is None or winner.run_id is None or not os.path.exists(path):
         return
     with t.interrupts_held():
-        client.log_artifact(winner.run_id, path)
+        out.log_artifact(winner.run_id, path)
     print(f"compile cache of the confirmed best: {os.path.getsize(path) / 1e6:.1f} MB of torch.compile artifacts "
           f"from its last confirmation run, logged on its trial run (autospeed export writes it beside the recipe)",
           file=console, flush=True)
@@ -376,46 +375,27 @@ def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFI
                           baseline_given_seconds=given_seconds, baseline_note=given_note)
 
 
-def train_and_log(client, parent, search_id: str, c: Candidate, repeat: int, seed: int, trials_total: int,
-                  kind: str, spec: SearchSpec, tags: dict[str, str] | None = None,
-                  compile_cache_to: str | None = None):
+def train_and_log(ledger: RunLedger, c: Candidate, repeat: int, seed: int, kind: str, spec: SearchSpec,
+                  tags: dict[str, str] | None = None, compile_cache_to: str | None = None):
     """One confirmation or ablation run of `c` with `seed`: its MLflow child run of `kind` opened, the recipe
-    trained like production, the run finished and the result recorded on `c`. Returns the result."""
+    trained like production, the run finished and the result recorded on `c`. Returns the result. Interrupted
+    (Ctrl-C, SIGTERM, a crash), its run is closed KILLED: none stays RUNNING."""
     recipe = c.recipe.model_copy(update={"seed": seed})
-    run_id = _start_run(client, parent, search_id, c, repeat, recipe, trials_total, kind, tags)
-    result = train_like_production(recipe, spec, compile_cache_to)
-    t.finish_run(client, run_id, recipe, result)
+    run_id = None
+    try:
+        with t.interrupts_held():
+            run_id = ledger.open_run(kind, c, repeat, recipe, tags)
+        result = train_like_production(recipe, spec, compile_cache_to)
+    except BaseException:
+        if run_id is not None:
+            t.mark_killed(ledger.out, run_id)
+        raise
+    t.finish_run(ledger.out, run_id, recipe, result)
     c.record(result)
     return result
 
 
-def _start_run(client, parent, search_id: str, c: Candidate, repeat: int, recipe: Recipe, trials_total: int,
-               kind: str, tags: dict[str, str] | None = None) -> str:
-    with t.interrupts_held():
-        run = client.create_run(parent.info.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
-                                tags={t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: search_id,
-                                      t.TAG_TRIAL_ID: c.trial_id, t.TAG_KIND: kind,
-                                      t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: Status.RUNNING.value,
-                                      t.TAG_CONFIRM_REPEAT: str(repeat), t.TAG_CONFIRM_TRIALS: str(trials_total),
-                                      **(tags or {})})
-        t.log_batch(client, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
-    return run.info.run_id
-
-
-def end_killed(client, parent, kind: str) -> None:
-    """Mark this search's runs of `kind` still RUNNING as KILLED (wherever the interrupt landed)."""
-    try:
-        running = client.search_runs(
-            [parent.info.experiment_id], max_results=1000,
-            filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = "
-                          f"'{kind}' and attributes.status = 'RUNNING'")
-        for run in running:
-            t.mark_killed(client, run.info.run_id)
-    except Exception as e:  # the store may be the thing that broke; the interrupt matters more
-        print(f"autospeed: warning: could not mark interrupted {kind} runs KILLED ({e})", file=sys.stderr)
-
-
-def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:
+def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:
     w, b = outcome.winner, outcome.baseline
     values = {t.M_CONFIRM_REPEATS: outcome.repeats, t.M_CONFIRM_TRIALS: trials_total,
               t.M_CONFIRM_CONFIDENCE: outcome.confidence}
@@ -441,5 +421,5 @@ def _log_parent(client, parent_run_id: str, outcome: ConfirmOutcome, trials_tota
     tags[t.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
     if given:
         tags[t.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
-    t.log_batch(client, parent_run_id, t.metrics(values), tags=tags)
-    client.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")
+    t.log_batch(out, parent_run_id, t.metrics(values), tags=tags)
+    out.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")

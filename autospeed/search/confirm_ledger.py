@@ -1,23 +1,32 @@
-"""What an interrupted confirmation leaves behind, read back when the search resumes.
+"""The record of a search's confirmation and ablation runs: written through the search's tracking journal, read
+back when the search resumes (docs/design.md "Crash anywhere, lose nothing").
 
-Each confirmation run is an MLflow child run of the search, finished as soon as it trains (track/layout.py
-`finish_run`). A search killed in confirmation (SIGKILL, a lost machine: nothing ran its `finally`) leaves its
-finished runs and at most one run still RUNNING. On `--resume`, confirmation closes that one KILLED and keeps
-every finished run as a sample, training only the (recipe, round) pairs that have none: a kill costs the run in
-flight, not the rounds before it (docs/design.md "Crash anywhere, lose nothing").
+Each confirmation or ablation run is an MLflow child run of the search, created, ended and finished through the
+journal (track/outbox.py) as soon as it trains: a tracking store that stops answering holds up no run, for up to
+`tracking.grace_seconds`, as in the trials. A search killed in confirmation or ablation (SIGKILL, a lost machine:
+nothing ran its `finally`) leaves its finished runs and at most one run still RUNNING. On `--resume`, the ledger
+closes that one KILLED and keeps every finished run as a sample, so confirmation and ablation train only the
+(recipe, knob, round) triples that have none, in their interleaved order and with their seeds: a kill costs the
+run in flight, not the rounds before it, and the closing summary and export are the ones an uninterrupted search
+gives from the same runs.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
+from autospeed.errors import Interrupted
 from autospeed.outcome import Status
 from autospeed.track import layout as t
+
+KINDS = (t.KIND_CONFIRM, t.KIND_ABLATION)
+NO_KNOB = ""  # a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none")
 
 
 @dataclass(frozen=True)
 class KeptResult:
-    """A finished confirmation run's result as its MLflow run recorded it: what a Candidate's samples need."""
+    """A finished run's result as its MLflow run recorded it: what a Candidate's samples need."""
 
     run_id: str
     status: Status
@@ -34,19 +43,74 @@ class KeptResult:
                    metrics.get(t.M_TRAIN_SECONDS, 0.0))
 
 
-def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[str, int], KeptResult]:
+def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[str, str, int], KeptResult]:
     """This search's finished runs of `kind` from a confirmation over `trials_total` trials (an extended search
-    confirms anew over all of its trials): {(trial id, round): result}. A run that ended KILLED (or never ended)
-    is not a sample."""
+    confirms anew over all of its trials): {(trial id, ablated knob or NO_KNOB, round): result}. A run that ended
+    KILLED (or never ended) is not a sample."""
     runs = client.search_runs(
         [parent.info.experiment_id], max_results=5000,
         filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = '{kind}' and "
                       f"tags.`{t.TAG_CONFIRM_TRIALS}` = '{trials_total}' and attributes.status != 'RUNNING' and "
                       f"attributes.status != 'KILLED'")
-    kept: dict[tuple[str, int], KeptResult] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time):  # two for one pair: the later stands
+    kept: dict[tuple[str, str, int], KeptResult] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time):  # two for one triple: the later stands
         tags = run.data.tags
         if t.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
             continue
-        kept[(tags[t.TAG_TRIAL_ID], int(tags[t.TAG_CONFIRM_REPEAT]))] = KeptResult.of(run)
+        key = (tags[t.TAG_TRIAL_ID], tags.get(t.TAG_ABLATION_KNOB, NO_KNOB), int(tags[t.TAG_CONFIRM_REPEAT]))
+        kept[key] = KeptResult.of(run)
     return kept
+
+
+class RunLedger:
+    """A search's confirmation and ablation runs: read from the store once, as confirmation starts (the store
+    answers then: the trials' writes were just delivered); from there on every write goes through `out`, the
+    search's journal (track/outbox.Outbox; outbox.Direct where there is none), and nothing reads the store."""
+
+    def __init__(self, client, parent, search_id: str, trials_total: int, out=None, console=sys.stdout):
+        from autospeed.track.outbox import Direct
+
+        self.parent, self.search_id, self.trials_total = parent, search_id, trials_total
+        self.out, self.console, self.told_down = out if out is not None else Direct(client), console, False
+        for kind in KINDS:  # a run a killed process left RUNNING: closed, trained again
+            running = client.search_runs(
+                [parent.info.experiment_id], max_results=1000,
+                filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = '{kind}' "
+                              f"and attributes.status = 'RUNNING'")
+            for run in running:
+                t.mark_killed(self.out, run.info.run_id)
+        self.kept = {kind: finished_runs(client, parent, kind, trials_total) for kind in KINDS}
+
+    def kept_result(self, kind: str, trial_id: str, round_: int, knob: str = NO_KNOB) -> KeptResult | None:
+        """The finished run of this (trial, knob, round) an earlier session left, else None: to train."""
+        return self.kept[kind].get((trial_id, knob, round_))
+
+    def open_run(self, kind: str, c, repeat: int, recipe, tags: dict[str, str] | None = None) -> str:
+        """Candidate `c`'s run of `repeat`, RUNNING, with its recipe's params; its id (local until sent)."""
+        run = self.out.create_run(
+            self.parent.info.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
+            tags={t.TAG_PARENT: self.parent.info.run_id, t.TAG_SEARCH_ID: self.search_id, t.TAG_TRIAL_ID: c.trial_id,
+                  t.TAG_KIND: kind, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: Status.RUNNING.value,
+                  t.TAG_CONFIRM_REPEAT: str(repeat), t.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
+        t.log_batch(self.out, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
+        return run.info.run_id
+
+    def watch(self, phase: str) -> None:
+        """Between runs: say when the store stops answering and when it answers again; past tracking.grace_seconds
+        of silence, stop the search as interrupted (resumable: the journal holds every write)."""
+        out = self.out
+        down = out.down_seconds()
+        if down and not self.told_down:
+            self.told_down = True
+            print(f"tracking: the store stopped answering ({out.last_error}); its writes are kept in {out.path} and "
+                  f"sent in order when it answers; {phase} goes on, for up to tracking.grace_seconds "
+                  f"({out.grace_seconds:g} s)", file=self.console, flush=True)
+        elif not down and self.told_down:
+            self.told_down = False
+            seconds, held = out.outages[-1] if out.outages else (0.0, 0)
+            print(f"tracking: the store answers again after {seconds:.0f} s; the {held} writes kept meanwhile are "
+                  f"sent in order", file=self.console, flush=True)
+        if out.past_grace():
+            raise Interrupted(f"the tracking store has not answered for {down:.0f} s (tracking.grace_seconds: "
+                              f"{out.grace_seconds:g}; last error: {out.last_error}); {out.pending} tracking writes "
+                              f"are kept in {out.path} and are sent when the search resumes")

@@ -174,8 +174,9 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         ranked = _has_best(outcome.rows, spec.predict.enabled)
         if ranked and not outcome.interrupted and not outcome.stop_reason:
             confirm_start = time.perf_counter()
-            _confirm(spec, client, outcome, console)
+            _confirm(spec, client, outcome, outbox, console)
             outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
+        _delivered(outbox, spec, outcome.interrupted, console)  # what follows reads the store
         _report_exploration(spec, client, parent_id, explored_seconds, console)
         if ranked:
             try:
@@ -287,16 +288,33 @@ def _trials(spec: SearchSpec, client, parent_run, search_id: str, search_dir: Se
     if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (records.resume_plan)
         return True, None, tracker.halt
     # the trials' records must be in the store to read them; an interrupted search waits only a moment
-    wait_seconds = min(10.0, spec.tracking.grace_seconds) if interrupted else spec.tracking.grace_seconds
-    if not outbox.flush(wait_seconds):
-        return True, None, (f"the tracking store did not take the search's last {outbox.pending} writes within "
-                            f"{wait_seconds:g} s (last error: {outbox.last_error}); they are kept in {outbox.path} "
-                            f"and are sent when the search resumes")
+    unsent = outbox.unsent(min(10.0, spec.tracking.grace_seconds) if interrupted else spec.tracking.grace_seconds)
+    if unsent is not None:
+        return True, None, unsent
     if tracker.told_down:
         tracker.say_tracking_back()
     rows = runs.trial_rows(client, client.get_run(parent_id))
     unfinished = len(rows) < total or any(r.status == Status.RUNNING for r in rows)
     return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason, None
+
+
+def _delivered(outbox, spec: SearchSpec, interrupted: bool, console) -> None:
+    """Wait until the store has every write confirmation and ablation journaled (an interrupted search only a
+    moment); said where there is a wait; past it, the search stops as interrupted, resumable."""
+    if not outbox.pending:
+        return
+    down = outbox.down_seconds()
+    if down:
+        print(f"tracking: waiting up to {spec.tracking.grace_seconds:g} s (tracking.grace_seconds) for the store to "
+              f"take the {counted(outbox.pending, 'write')} kept in {outbox.path} ({outbox.last_error})",
+              file=console, flush=True)
+    unsent = outbox.unsent(min(10.0, spec.tracking.grace_seconds) if interrupted else spec.tracking.grace_seconds)
+    if unsent is not None:
+        raise Interrupted(unsent)
+    if down:
+        seconds, held = outbox.outages[-1] if outbox.outages else (down, 0)
+        print(f"tracking: the store answers again after {seconds:.0f} s; the {held} writes kept meanwhile are sent "
+              f"in order", file=console, flush=True)
 
 
 def _outbox(client, search_dir: SearchDir, spec: SearchSpec, console):
@@ -340,17 +358,20 @@ def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_secon
         t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_BASELINE_RUNS: runs_}))
 
 
-def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
-    """Confirmation runs (skipped when a resumed search had confirmed already)."""
+def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, outbox, console) -> None:
+    """Confirmation runs, then the ablation, written through the search's journal. A resumed search keeps every
+    run an earlier session finished (search/confirm_ledger.py) and trains only the rest: none when it had
+    confirmed already, whose summary it prints again as it was."""
     from autospeed.search.confirm import compute_line, format_confirmation, run_confirmation
+    from autospeed.search.confirm_ledger import RunLedger
 
-    confirmed = client.get_run(outcome.parent_run_id).data.metrics
-    # Confirmed already, over these trials (an extended search confirms again, over all of its trials).
-    if t.M_CONFIRM_REPEATS in confirmed and confirmed.get(t.M_CONFIRM_TRIALS, len(outcome.rows)) == len(outcome.rows):
+    if spec.confirm.repeats <= 0:
         return
+    parent = client.get_run(outcome.parent_run_id)
+    ledger = RunLedger(client, parent, outcome.search_id, len(outcome.rows), outbox, console)
     try:
         outcome.confirmation = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id,
-                                                console=console)
+                                                console=console, ledger=ledger)
     except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
         outcome.interrupted = outcome.confirmation_interrupted = True
         print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
@@ -361,9 +382,8 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, console) -> None:
     if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
         from autospeed.search.ablation import run_ablation
 
-        ablated = run_ablation(client, spec, client.get_run(outcome.parent_run_id), outcome.search_id,
-                               confirmed.winner, confirmed.baseline.recipe, confirmed.speedup, len(outcome.rows),
-                               console)
+        ablated = run_ablation(client, spec, parent, outcome.search_id, confirmed.winner, confirmed.baseline.recipe,
+                               confirmed.speedup, len(outcome.rows), console, ledger=ledger)
         confirmed.ablation, confirmed.ablation_interrupted = ablated or [], ablated is None
     print(file=console)
     print(format_confirmation(confirmed), file=console, flush=True)

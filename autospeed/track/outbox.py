@@ -14,7 +14,10 @@ journal's note of it) finds its run instead of making a second. Every other writ
 one copy of a metric logged twice with the same value, step and time).
 
 Journal lines: {"seq": n, "op": name, "args": {...}} a write; {"created": local id, "run_id": id} the store's
-id for a local one; {"sent": n} write n delivered.
+id for a local one; {"sent": n} write n delivered. A file logged as an artifact is copied into the search's folder
+first (FILES/<uuid>/<name>, synced), so the journal's write still has it after a kill; the copy goes once sent.
+
+`Direct` has the same writes, straight to the store: for a caller with no search journal (`autospeed explain`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 JOURNAL = "tracking_outbox.jsonl"
+FILES = "tracking_outbox_files"  # beside the journal: the files its log_artifact writes send
 TAG_OUTBOX_ID = "autospeed.outbox_id"  # a run created through the outbox: its local id
 TAG_REFUSED = "autospeed.tracking_refused"  # on a run: how many of its writes the store refused
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)  # between tries while the store does not answer, then every last one
@@ -90,6 +95,18 @@ class Outbox:
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         self._put("log_text", run_id=run_id, text=text, artifact_file=artifact_file)
 
+    def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        """`local_path` copied beside the journal (synced) before the write is journaled: the caller may delete it
+        as soon as this returns."""
+        kept = self.path.parent / FILES / uuid.uuid4().hex / Path(local_path).name
+        kept.parent.mkdir(parents=True)
+        shutil.copyfile(local_path, kept)
+        with open(kept, "rb") as f:
+            os.fsync(f.fileno())
+        for folder in (kept.parent, kept.parent.parent, self.path.parent):  # the copy's name, to the journal's folder
+            _fsync_dir(folder)
+        self._put("log_artifact", run_id=run_id, local_path=str(kept), artifact_path=artifact_path)
+
     # ---- state ----
     @property
     def pending(self) -> int:
@@ -113,6 +130,14 @@ class Outbox:
                     return False
                 self._cond.wait(left if left is None else min(left, 1.0))
         return True
+
+    def unsent(self, wait_seconds: float) -> str | None:
+        """Wait up to `wait_seconds` for the store to take every write: None once it has, else why the search must
+        stop as interrupted (resumable: the writes stay in the journal)."""
+        if self.flush(wait_seconds):
+            return None
+        return (f"the tracking store did not take the search's last {self.pending} writes within {wait_seconds:g} s "
+                f"(last error: {self.last_error}); they are kept in {self.path} and are sent when the search resumes")
 
     def close(self) -> None:
         """Stop the sender (what it has not sent stays in the journal, for the next session)."""
@@ -188,6 +213,8 @@ class Outbox:
                 self._pending.pop(0)
                 self._append({"sent": entry["seq"]})
                 self._cond.notify_all()
+            if entry["op"] == "log_artifact":  # the store has it, and the journal says so: the copy is done with
+                shutil.rmtree(Path(entry["args"]["local_path"]).parent, ignore_errors=True)
 
     def _say_refused(self, entry: dict[str, Any], error: Exception) -> None:
         """A write the store refused is lost to the store, never silently: one line now, the count on its run
@@ -222,6 +249,9 @@ class Outbox:
             c.set_terminated(run_id, a["status"])
         elif entry["op"] == "log_text":
             c.log_text(run_id, a["text"], a["artifact_file"])
+        elif entry["op"] == "log_artifact":
+            if os.path.exists(a["local_path"]):  # gone: sent before a kill came between the send and its note
+                c.log_artifact(run_id, a["local_path"], a["artifact_path"])
 
     def _create(self, a: dict[str, Any]) -> None:
         local = a["local"]
@@ -231,6 +261,51 @@ class Outbox:
         with self._cond:
             self._ids[local] = run_id
             self._append({"created": local, "run_id": run_id})
+
+
+class Direct:
+    """The Outbox's writes and state, straight to the store: for a caller with no search journal (`autospeed
+    explain`, a test). A write that fails raises; nothing is ever pending, the store never waited for."""
+
+    pending, last_error, outages = 0, "", ()
+
+    def __init__(self, client):
+        self.client = client
+
+    def create_run(self, experiment_id: str, run_name: str | None = None, tags: dict[str, str] | None = None):
+        return self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+
+    def log_batch(self, run_id: str, metrics=(), params=(), tags=()) -> None:
+        self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def set_terminated(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status)
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self.client.log_text(run_id, text, artifact_file)
+
+    def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, local_path, artifact_path)
+
+    def down_seconds(self) -> float:
+        return 0.0
+
+    def past_grace(self) -> bool:
+        return False
+
+    def unsent(self, wait_seconds: float) -> str | None:
+        return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _cut_torn_tail(path: Path) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,51 @@ class Gate:
         wait_until(lambda: build in self.waiting() or proc.proc.poll() is not None, every=0.1,  # a file: cheap
                    what=f"build {build} held")
         assert proc.proc.poll() is None, proc.stdout + proc.stderr
+
+
+class Server:
+    """`mlflow server` with a SQLite backend and proxied artifacts, stopped and started on one port."""
+
+    def __init__(self, d: Path, backend: str):
+        self.d, self.backend, self.port = d, backend, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.d / "mlflow.log", "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend,
+                 "--artifacts-destination", str(self.d / "artifacts"), "--serve-artifacts", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--workers", "1"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.d, start_new_session=True,
+                env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+        wait_until(self.answers, every=0.2, what="mlflow server up")
+
+    def answers(self) -> bool:
+        assert self.proc.poll() is None, (self.d / "mlflow.log").read_text()[-3000:]
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.uri}/health", timeout=5) as r:
+            return r.status == 200
+        return False
+
+    def stop(self) -> None:
+        """The whole server (its workers too) gone: nothing answers on the port."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(60)
+
+        def refused() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) != 0
+        wait_until(refused, every=0.1, what="the server's port closed")
+
+
+@pytest.fixture
+def server(tmp_path, new_store):
+    s = Server(tmp_path, new_store(tmp_path / "backend"))
+    s.start()
+    yield s
+    with contextlib.suppress(Exception):
+        s.stop()
 
 
 def client_for(uri: str):

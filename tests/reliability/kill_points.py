@@ -26,6 +26,8 @@ POINTS = {
     "before_tell": "a trial in the ledger, the Optuna study not yet told",
     "tune_state_copy": "inside Ray Tune's copy of its experiment state (the first after N - 1 trials finished in "
                        "the run): a state file cut short",
+    "production_run": "a confirmation or ablation run opened (RUNNING), before it trains: the Nth such run the "
+                      "driver trains (confirmation's come first, then the ablation's)",
 }
 
 
@@ -114,6 +116,10 @@ def install(point: str, n: int) -> None:
                 _die()
         storage.SearchDir.record_finished = record
         ray_storage._upload_to_fs_path = upload
+    elif point == "production_run":
+        from autospeed.search import confirm
+
+        confirm.train_like_production = _after(n, confirm.train_like_production, before=True)
     else:
         raise SystemExit(f"kill_points.py: unknown point {point!r}; one of {', '.join(POINTS)}")
 

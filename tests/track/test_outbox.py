@@ -73,3 +73,29 @@ def test_a_write_the_store_refuses_is_said_at_once_and_counted_on_its_run(tmp_pa
     assert len(lines) == 1 and "the tracking store refused a write (log_batch on run" in lines[0], lines
     run = client.get_run(run_id)
     assert run.data.params["lr"] == "0.1" and run.data.tags[TAG_REFUSED] == "1" and run.data.tags["after"] == "1"
+
+
+def test_a_logged_file_is_kept_beside_the_journal_until_the_store_has_it(tmp_path, new_store):
+    """A file logged through the outbox (the confirmed winner's compile cache) is copied beside the journal
+    before the write returns: its caller may delete its own copy at once (a temporary folder), the store still
+    gets the file, and the kept copy goes once the store has it."""
+    from mlflow.tracking import MlflowClient
+
+    from autospeed.track.outbox import FILES
+
+    client = MlflowClient(tracking_uri=new_store(tmp_path / "store"))
+    run_id = client.create_run(client.create_experiment("files")).info.run_id
+    source = tmp_path / "cache.bin"
+    source.write_bytes(b"\x00compiled" * 100)
+    folder = tmp_path / "search"
+    folder.mkdir()
+    outbox = Outbox(client, folder, grace_seconds=60)
+    outbox.log_artifact(run_id, str(source))
+    source.unlink()  # as the confirmation's temporary folder is removed when it ends
+    assert outbox.flush(timeout_seconds=60)
+    outbox.close()
+
+    assert [f.path for f in client.list_artifacts(run_id)] == ["cache.bin"]
+    sent = client.download_artifacts(run_id, "cache.bin", str(tmp_path))
+    assert open(sent, "rb").read() == b"\x00compiled" * 100
+    assert not any((folder / FILES).iterdir())  # the copy is gone once delivered
