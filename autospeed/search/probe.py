@@ -264,6 +264,7 @@ def probe_stage(spec: SearchSpec, measure: Callable[[dict[str, Any], int], list[
         combined = combination(spec, eligible, probes, budget)
         if combined not in configs and len(configs) < spec.probe.max_configs:
             configs.append(combined)
+            eligible.append(combined)  # made of neutral values only
             timed([configs[0], combined], rounds)  # against the base again, in rounds of its own
     by_config = timings(probes)
     base = by_config[_key(configs[0])]
