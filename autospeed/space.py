@@ -165,6 +165,24 @@ class Confirm(_Strict):
         return self
 
 
+class Neutrality(_Strict):
+    """The maths-neutrality check (search/neutrality.py): before the probe fixes a systems knob, a trace of the
+    baseline's loss with and without it, same seed and data order, against the spread of two seeds."""
+
+    enabled: bool = False
+    steps: int = Field(200, ge=2)  # optimizer steps of each loss trace
+    window_steps: int = Field(20, ge=1)  # a trace's point: the mean train loss over this many steps
+    # neutral when the knob's trace is within this fraction of the two seeds' distance (1: inside the band)
+    band_fraction: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _two_points(self) -> "Neutrality":
+        if self.steps < 2 * self.window_steps:
+            raise ValueError(f"steps ({self.steps}) must be at least 2 x window_steps ({self.window_steps}) for a "
+                             f"trace of two points or more; raise steps or lower window_steps")
+        return self
+
+
 class Probe(_Strict):
     """The probe stage (search/probe.py): a few timed steps per systems configuration before the trials."""
 
@@ -175,6 +193,8 @@ class Probe(_Strict):
     # interleaved timing rounds of every configuration: the base's spread across them is the noise a
     # non-default value must beat
     rounds: int = Field(3, ge=2)
+    # the maths-neutrality check of every systems knob value before it may be fixed (off: knobs assumed neutral)
+    neutrality: Neutrality = Field(default_factory=Neutrality)
 
 
 class Predict(_Strict):

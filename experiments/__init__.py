@@ -254,6 +254,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         measures=(*TRAIN, BUILTIN, "autospeed/search/probe.py", "autospeed/search/probe_decide.py",
                   "autospeed/space.py", FAST)),
     Experiment(
+        "neutrality", "neutrality.py",
+        "E1 (issue 43): the maths-neutrality check on systems variants and maths-changing controls (10 reps), and "
+        "each variant's TTA predicted from the probe's throughput against 3 full runs (digits, CPU)",
+        runs=(_r("--out", f"{RESULTS}/neutrality.md", writes=("neutrality.md",)),),
+        quick=("--reps", "1", "--steps", "40", "--rounds", "2", "--probe-warmup-steps", "1", "--probe-steps", "3",
+               "--seeds", "1", "--target", "0.8", "--variants", "optimizer_impl=foreach", "--threads", "1",
+               "--out", "{out}/neutrality.md"),
+        quick_writes=("neutrality.md",),
+        measures=(*TRAIN, BUILTIN, "autospeed/search/neutrality.py", "autospeed/search/probe.py",
+                  "autospeed/search/probe_decide.py")),
+    Experiment(
         "long_job", "long_job.py",
         "long jobs (long.yaml): how well a predicted TTA ranks recipes (a), and a predicting search's payback (b)",
         # the curves the predictor was tuned on (seed 0), then the held-out ones (seed 1), each scored the same way

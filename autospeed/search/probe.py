@@ -39,6 +39,14 @@ noise wins: each maths-neutral knob of the space is narrowed to its value there.
 that does not fit the winner is trained in micro-batches: `micro_batch_size` becomes the largest
 probed batch size that fits and divides every one that does not (`auto` when none does).
 
+Maths-neutrality (`probe.neutrality.enabled`, search/neutrality.py): after the first timing round, each
+configuration's change from the base is trained for a few hundred steps under the baseline's maths, same seed and
+data order, and its loss trace compared with the band between the baseline's two seeds. A change outside the
+band is not eligible (it changes the maths: it is not fixed as if it were free), and its knobs stay searched by
+the trials; the combination is made of neutral values only (each checked alone). The fixed configuration's TTA is
+then predicted as the default's over its speed-up, the timing noise as the interval (a prediction, said so).
+Off, the knobs are assumed neutral, as before.
+
 What to probe and how to decide are search/probe_decide.py's (pure functions over Probe records);
 this module runs the stage. Where probes run: `run_probes` runs `probe_stage` with one Ray task per
 (configuration, round) with the trial's resources, so they land on the hardware trials use, also on
@@ -69,6 +77,7 @@ from autospeed.search.probe_decide import (FAILED, MATHS_NEUTRAL, OK, OOM, STEP_
                                            combination, configurations, fastest, maths_combinations, maths_label, noise_text,
                                            micro_batch_for, narrowed, repaid, summary, systems_knobs, timings,
                                            verdict, wants_probe)
+from autospeed.search.neutrality import Neutrality, check as check_neutrality
 from autospeed.show.live import probe_line
 from autospeed.space import SearchSpec
 from autospeed.track import layout as t
@@ -162,6 +171,24 @@ def _probe_workload(spec: SearchSpec):
     return w
 
 
+def neutrality_config(spec_json: str, base: dict[str, Any], changes: list[dict[str, Any]],
+                      threads: int | None) -> list[dict[str, Any]]:
+    """The maths-neutrality check (search/neutrality.py) of each change to the base configuration, under the
+    baseline's maths and batch size: one dict (a Neutrality) per change."""
+    from autospeed.recipe import Recipe
+    from autospeed.train.data import dataset_length
+
+    spec = SearchSpec.model_validate_json(spec_json)
+    workload = _probe_workload(spec)
+    n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)
+    baseline = spec.recipe_for({}, baseline=True)
+    baseline = Recipe.model_validate({**baseline.model_dump(), **base})
+    s = spec.probe.neutrality
+    found = check_neutrality(baseline, changes, workload, steps=s.steps, window_steps=s.window_steps,
+                             band_fraction=s.band_fraction, train_samples=n, threads=threads)
+    return [asdict(x) for x in found]
+
+
 def _probe_recipe(spec: SearchSpec, config: dict[str, Any], maths: dict[str, Any], batch_size: int, workload):
     """The search's recipe with this configuration, maths and batch size, run for warmup + steps optimizer
     steps with an evaluation after each (to read the clock) and a target it cannot meet (only steps end it)."""
@@ -201,9 +228,13 @@ def _measure(probe: Probe, result, events: list, warmup_steps: int, steps: int) 
 
 # ---------------------------------------------------------------- the stage
 def probe_stage(spec: SearchSpec, measure: Callable[[dict[str, Any], int], list[Probe]],
-                console=sys.stdout) -> Decision:
+                console=sys.stdout, neutral: Callable[[dict[str, Any], list[dict[str, Any]]], list[Neutrality]]
+                | None = None) -> Decision:
     """Time every configuration in interleaved rounds with `measure(config, round)` (its probes under every
-    maths combination and batch size), print a line per configuration and maths, decide. No tracking."""
+    maths combination and batch size), print a line per configuration and maths, decide. With
+    `probe.neutrality.enabled`, first check each configuration's change from the base with `neutral(base, changes)`
+    (default: in this process): one that is not maths-neutral is not eligible, and its knobs are left to the
+    trials. No tracking."""
     configs = configurations(spec, spec.probe.max_configs)
     # one configuration (batch sizes only: what fits) has nothing to compare: one round
     budget, rounds = spec.budget.max_train_seconds, spec.probe.rounds if len(configs) > 1 else 1
@@ -226,10 +257,14 @@ def probe_stage(spec: SearchSpec, measure: Callable[[dict[str, Any], int], list[
                   file=console, flush=True)
 
     timed(configs, 0)
+    checks = _check_neutrality(spec, configs, neutral, console)
+    maths_knobs = sorted({k for c in checks if not c.neutral for k in c.change})
+    eligible = [c for c in configs if not any(k in maths_knobs and c.get(k) != configs[0].get(k) for k in c)]
     if len(configs) > 1:
-        combined = combination(spec, configs, probes, budget)
+        combined = combination(spec, eligible, probes, budget)
         if combined not in configs and len(configs) < spec.probe.max_configs:
             configs.append(combined)
+            eligible.append(combined)  # made of neutral values only
             timed([configs[0], combined], rounds)  # against the base again, in rounds of its own
     by_config = timings(probes)
     base = by_config[_key(configs[0])]
@@ -244,12 +279,34 @@ def probe_stage(spec: SearchSpec, measure: Callable[[dict[str, Any], int], list[
         if i:
             said = f"{v.speed:.2f}x the default (noise {noise_text(v.noise)})" if v else \
                 "not eligible: it fails or runs out of memory where the default fits"
+            if config not in eligible:
+                said += "; not eligible: it changes the maths (neutrality check)"
             print(f"  probe {i}: {said}", file=console, flush=True)
-    winner, challenger, v = fastest(configs, probes, budget)
+    winner, challenger, v = fastest(eligible, probes, budget)
     micro = micro_batch_for(by_batch(by_config[_key(winner)]))
-    decision = Decision(winner, micro, narrowed(spec, winner, micro), probes, configs[0], challenger, v, configs)
+    decision = Decision(winner, micro, narrowed(spec, winner, micro, maths_knobs), probes, configs[0], challenger, v,
+                        configs, checks, maths_knobs)
     print(decision.describe(), file=console, flush=True)
     return decision
+
+
+def _check_neutrality(spec: SearchSpec, configs: list[dict[str, Any]], neutral, console) -> list[Neutrality]:
+    """Each configuration's change from the base, checked for maths-neutrality (search/neutrality.py) when the
+    space asks for it; a line each."""
+    if not spec.probe.neutrality.enabled or len(configs) < 2:
+        return []
+    base = configs[0]
+    changes = [{k: v for k, v in c.items() if base.get(k) != v} for c in configs[1:]]
+    s = spec.probe.neutrality
+    print(f"probe: maths-neutrality check of {len(changes)} knob changes: the baseline's loss over {s.steps} "
+          f"steps, same seed and data order, against two seeds' band", file=console, flush=True)
+    if neutral is None:
+        found = [Neutrality(**d) for d in neutrality_config(spec.model_dump_json(), base, changes, None)]
+    else:
+        found = neutral(base, changes)
+    for check in found:
+        print(check.line(), file=console, flush=True)
+    return found
 
 
 def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resources: dict[str, float],
@@ -265,7 +322,12 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
     def measure(config: dict[str, Any], round_: int) -> list[Probe]:
         return [Probe(**p) for p in ray.get(remote.remote(spec_json, config, threads, round_))]
 
-    decision = probe_stage(spec, measure, console)
+    checker = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"], max_retries=0)(neutrality_config)
+
+    def neutral(base: dict[str, Any], changes: list[dict[str, Any]]) -> list[Neutrality]:
+        return [Neutrality(**d) for d in ray.get(checker.remote(spec_json, base, changes, threads))]
+
+    decision = probe_stage(spec, measure, console, neutral)
     experiment = client.get_run(parent_id).info.experiment_id
     by_config = timings(decision.probes)
     for i, config in enumerate(decision.configs):
@@ -276,6 +338,8 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
         client.set_tag(parent_id, t.TAG_PROBE_FIXED,
                        json.dumps({**decision.fixed, "micro_batch_size": decision.micro_batch_size}, sort_keys=True))
         client.set_tag(parent_id, t.TAG_PROBE_MARGIN, decision.margin())
+        if decision.neutrality:
+            client.set_tag(parent_id, t.TAG_PROBE_NEUTRALITY, json.dumps(decision.neutrality_record(), sort_keys=True))
         t.log_batch(client, parent_id, t.metrics({t.M_PROBE_SECONDS: time.perf_counter() - started,
                                                   t.M_PROBE_SPEEDUP: decision.speedup, t.M_PROBE_NOISE: noise}))
     return decision

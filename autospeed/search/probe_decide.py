@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from autospeed.search.neutrality import Neutrality, predicted_tta_ratio
 from autospeed.space import Param, SearchSpec
 
 MATHS_NEUTRAL = ("compile", "channels_last", "cudnn_benchmark", "data_loader", "num_workers", "pin_memory",
@@ -67,6 +68,10 @@ class Decision:
     challenger: dict[str, Any] | None = None  # the fastest eligible configuration other than the default
     verdict: Verdict | None = None  # the challenger's, against the default
     configs: list[dict[str, Any]] = field(default_factory=list)  # every configuration probed, base first
+    # the maths-neutrality check of each configuration's change from the base (empty: not asked for), and the
+    # knobs a failed check left to the trials (never fixed by the probe)
+    neutrality: list[Neutrality] = field(default_factory=list)
+    maths_knobs: list[str] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -91,7 +96,36 @@ class Decision:
         micro = f"; micro_batch_size {self.micro_batch_size} for the batch sizes that do not fit" \
             if self.micro_batch_size is not None else ""
         why = f" ({self.margin()})" if len(self.configs) != 1 else ""
-        return f"probe fixed: {knobs}{micro}{why}"
+        return f"probe fixed: {knobs}{micro}{why}{self.neutrality_text()}"
+
+    def predicted_tta_ratio(self) -> tuple[float, float, float] | None:
+        """The fixed configuration's TTA over the default's, predicted from throughput (1/speed, and the interval
+        the timing noise gives): only for a change the neutrality check found neutral, None otherwise."""
+        if not self.neutrality or self.verdict is None or self.fixed == self.default:
+            return None
+        return predicted_tta_ratio(self.verdict.speed, self.verdict.noise)
+
+    def neutrality_text(self) -> str:
+        """The check's outcome in the decision line: what was left to the trials, the fixed change's prediction."""
+        if not self.neutrality:
+            return ""
+        text = ""
+        if self.maths_knobs:
+            text += f"; left to the trials, maths knobs here: {', '.join(self.maths_knobs)}"
+        ratio = self.predicted_tta_ratio()
+        if ratio is not None:
+            mid, low, high = ratio
+            text += (f"; maths-neutral, so its TTA is predicted at ~{mid:.2f}x the default's [{low:.2f}-{high:.2f}] "
+                     f"(throughput ratio and its noise; no curve extrapolated)")
+        return text
+
+    def neutrality_record(self) -> dict[str, Any]:
+        """The parent run's tag autospeed.probe_neutrality: each change's check, the knobs left to the trials and
+        the fixed configuration's predicted TTA ratio."""
+        ratio = self.predicted_tta_ratio()
+        return {"checks": {c.label: c.record() for c in self.neutrality}, "maths_knobs": self.maths_knobs,
+                "predicted_tta_ratio": None if ratio is None else
+                {"ratio": round(ratio[0], 4), "low": round(ratio[1], 4), "high": round(ratio[2], 4)}}
 
 
 def noise_text(noise: float) -> str:
@@ -312,12 +346,14 @@ def by_batch(cells: Cells) -> dict[int, Probe]:
     return out
 
 
-def narrowed(spec: SearchSpec, winner: dict[str, Any], micro_batch_size: int | str | None) -> SearchSpec:
+def narrowed(spec: SearchSpec, winner: dict[str, Any], micro_batch_size: int | str | None,
+             maths_knobs: list[str] | tuple[str, ...] = ()) -> SearchSpec:
     """The space with each maths-neutral knob at its winning value (a knob whose condition the winner does
-    not meet dropped) and, where some batch size does not fit, micro_batch_size at the probe's."""
+    not meet dropped) and, where some batch size does not fit, micro_batch_size at the probe's. `maths_knobs`
+    (the neutrality check found them changing the maths) stay searched by the trials."""
     space: dict[str, Param] = {}
     for k, p in spec.space.items():
-        if k not in MATHS_NEUTRAL:
+        if k not in MATHS_NEUTRAL or k in maths_knobs:
             space[k] = p
         elif k in winner:
             space[k] = p.model_copy(update={"choice": [winner[k]], "uniform": None, "loguniform": None,

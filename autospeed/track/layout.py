@@ -50,6 +50,7 @@ KIND_ABLATION = "ablation"  # the confirmed winner re-timed with one knob set ba
 TAG_PROBE_CONFIG = "autospeed.probe_config"  # on each probe run: its systems configuration's number
 TAG_PROBE_FIXED = "autospeed.probe_fixed"  # on the parent: the knob values the probe fixed (JSON)
 TAG_PROBE_MARGIN = "autospeed.probe_margin"  # on the parent: why (speed-up vs the noise it had to beat)
+TAG_PROBE_NEUTRALITY = "autospeed.probe_neutrality"  # on the parent: each knob change's maths-neutrality (JSON)
 
 # ---- metrics ----
 # per evaluation, step = optimizer step: these and every metric the workload reports (val_accuracy, val_loss, ...)
