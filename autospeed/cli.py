@@ -35,7 +35,7 @@ def cmd_train(args) -> int:
     from autospeed.train.environment import differences, environment
     from autospeed.recipe import load_recipe
     from autospeed.train.trainer import pick_device, train
-    from autospeed.train.script_options import is_script
+    from autospeed.script.options import is_script
     from autospeed.workloads import check_target, load_workload
 
     recipe = _with_script(load_recipe(args.config), args)
@@ -132,7 +132,7 @@ def _shipped_compile_cache(recipe, config: str, out):
 
 def _with_script(recipe, args):
     """The recipe with `--script SCRIPT -- ARGS` as its workload; an exported script recipe names its own."""
-    from autospeed.train.script_options import SCRIPT, check_script_options, is_script, script_options
+    from autospeed.script.options import SCRIPT, check_script_options, is_script, script_options
 
     if args.script is None:
         if args.script_args:

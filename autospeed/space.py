@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from autospeed.errors import UserError
 from autospeed.recipe import KNOB_FIELDS, Recipe, Target, target_from
 from autospeed.validation import key_path, offered_metrics_note, raise_user_error
-from autospeed.train.script_options import check_script_options, is_script
+from autospeed.script.options import check_script_options, is_script
 from autospeed.workloads import check_options, check_target, offered_metrics
 from autospeed.yamlio import load_yaml
 
@@ -430,7 +430,7 @@ def with_script(spec: SearchSpec, script: str | None, args: list[str]) -> Search
         if args:
             raise UserError(f"arguments after -- ({' '.join(args)}) are for a script; give it with --script train.py")
         return spec
-    from autospeed.train.script_options import SCRIPT, script_options
+    from autospeed.script.options import SCRIPT, script_options
 
     # nothing after --: the file's own arguments stand, as `autospeed train --script` keeps the recipe's
     mine = spec.workload_options if is_script(spec.workload) else {}

@@ -1,7 +1,7 @@
 """The knob context a user's own training loop calls: `ctx = autospeed.init(defaults={...})`.
 
 Run by autospeed (a trial, a confirmation run, `autospeed train --script`), the context holds the
-run's recipe and reports to the runner (autospeed.train.script_channel); run on its own, it holds the
+run's recipe and reports to the runner (autospeed.script.channel); run on its own, it holds the
 script's `defaults` and the script trains as plain PyTorch: no target and no budget unless the defaults
 name them. Under a search the script's `defaults` are the base of the baseline and of every trial
 (autospeed.script.preflight captures them), and each knob keeps the script's own way unless the space
@@ -44,13 +44,13 @@ from autospeed.script.knob_view import KnobView
 from autospeed.script.process import device_for, die_with_parent, join_process_group, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
-from autospeed.train import script_channel as channel
+from autospeed.script import channel
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
 from autospeed.train.data import dataset_length, make_loader
 from autospeed.train.environment import PeakMemory
 from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
 from autospeed.train.result import process_age_seconds, wall_clock_origin
-from autospeed.train.script_options import SCRIPT
+from autospeed.script.options import SCRIPT
 from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
 from autospeed.train.step import Clock, InForwardContext
 

@@ -207,7 +207,7 @@ class TrialTracker(Callback):
         t.log_batch(self.out, run_id, t.final_metrics(final, score), tags=tags)
         recipe_yaml = last.get("recipe_yaml") or recipe_of(self.spec, trial.config).to_yaml()
         self.out.log_text(run_id, recipe_yaml, "recipe.yaml")
-        if last.get("stderr_tail"):  # a user's script that failed: the end of what it printed (train.script_run)
+        if last.get("stderr_tail"):  # a user's script that failed: the end of what it printed (script.runner)
             self.out.log_text(run_id, last["stderr_tail"], "stderr_tail.txt")
         terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
         self.out.set_terminated(run_id, RunStatus.to_string(terminal))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autospeed.train.script_options import is_script
+from autospeed.script.options import is_script
 from autospeed.track import runs
 from autospeed.track import layout as t
 from autospeed.errors import Interrupted, RunFailure, UserError

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autospeed.train import script_channel
-from autospeed.train.script_options import is_script
+from autospeed.script import channel
+from autospeed.script.options import is_script
 from autospeed.search.curve import TrialCurve, cap_seconds
 from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, recipe_key
@@ -137,7 +137,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
 
     reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec), pool)
     if spec.script_workdir:  # a script starts where the search started, not in this trial's folder (Ray's cwd)
-        os.environ[script_channel.WORKDIR] = spec.script_workdir
+        os.environ[channel.WORKDIR] = spec.script_workdir
     workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
 
     early_stop = spec.predict.enabled and spec.predict.early_stop  # the ledger is read only then

@@ -1,5 +1,5 @@
 """A user's own training script, run by autospeed (`train(recipe)` with `workload: script`, which starts the
-script as a subprocess: autospeed.train.script_run) and on its own (`python tiny_train.py`).
+script as a subprocess: autospeed.script.runner) and on its own (`python tiny_train.py`).
 
 The knobs are checked where they must act: inside the script's loop, through what the tiny script
 (tests/script/conftest.py) observes there (--observe: one JSON line per optimizer step), not through what

@@ -17,7 +17,7 @@ from torch import nn
 import autospeed
 from autospeed.recipe import Recipe
 from autospeed.script.context import Context, script_recipe
-from autospeed.train import script_channel as channel
+from autospeed.script import channel
 
 
 @pytest.fixture(autouse=True)
