@@ -34,7 +34,8 @@ def cmd_train(args) -> int:
     # Ray only for data-parallel workers (experiments/startup.py times this start-up).
     from autospeed.train.environment import differences, environment
     from autospeed.recipe import load_recipe
-    from autospeed.train.trainer import pick_device, train
+    from autospeed.run_recipe import train
+    from autospeed.train.trainer import pick_device
     from autospeed.script.options import is_script
     from autospeed.workloads import check_target, load_workload
 

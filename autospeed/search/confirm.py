@@ -52,7 +52,7 @@ from autospeed.space import SearchSpec
 from autospeed.script.options import is_script
 from autospeed.search.confirm_ledger import RunLedger
 from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
-from autospeed.train.process import train_in_fresh_process
+from autospeed.run_recipe import train_in_fresh_process
 from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
                                          format_interval)
 

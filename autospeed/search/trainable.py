@@ -114,7 +114,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report(done)
         return
 
-    from autospeed.train.trainer import train
+    from autospeed.run_recipe import train
     from autospeed.workloads import load_workload_once
 
     where = node()

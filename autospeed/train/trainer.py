@@ -40,8 +40,6 @@ from autospeed.train.optimizers import build_optimizers, build_schedule
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 from autospeed.train.setup import (NOT_APPLICABLE, compile_mode, cross_entropy_loss, not_applied, pick_device,
                                    prepare_model, set_backend_knobs)
-from autospeed.script.options import is_script
-from autospeed.script.runner import train_script
 from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
 from autospeed.train.throughput import rates
 from autospeed.workloads import Workload, load_workload
@@ -70,8 +68,6 @@ def train(
     `wall_to_target_seconds` counts from this process's start on its first run, else from this call
     (autospeed.train.result says which when; `wall_clock_origin` names it).
     """
-    if is_script(recipe.workload):  # a user's own training loop, run as a script (autospeed.script.runner)
-        return train_script(recipe, on_eval, num_threads)
     wall_start = time.perf_counter()
     before_entry_seconds, origin = wall_clock_origin()
     if num_threads:

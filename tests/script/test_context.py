@@ -20,7 +20,7 @@ import torch
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.train.trainer import train
+from autospeed.run_recipe import train
 
 SAMPLES = 128  # training samples: 4 optimizer steps an epoch at batch_size 32
 

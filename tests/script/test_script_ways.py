@@ -199,7 +199,7 @@ def test_a_searched_baseline_is_the_scripts_own_defaults_and_runs_where_the_sear
     relative paths hold."""
     from autospeed.script.preflight import check_script_reads
     from autospeed.space import SearchSpec, spec_from_dict
-    from autospeed.train.trainer import train
+    from autospeed.run_recipe import train
     import io
     import json
 

@@ -27,7 +27,7 @@ from autospeed.recipe import Measured, Recipe
 from autospeed.search.confirm import Candidate, _log_compile_cache
 from autospeed.track import layout as t
 from autospeed.train import compile_cache
-from autospeed.train.process import train_in_fresh_process
+from autospeed.run_recipe import train_in_fresh_process
 
 RECIPE = Recipe(workload="digits", target_accuracy=0.2,
                 max_train_seconds=120, epochs=1, eval_every_epochs=1, batch_size=100, lr=0.05, compile="default")
