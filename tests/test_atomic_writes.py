@@ -23,7 +23,7 @@ ALLOWED = {
     ("script/runner.py", "fdopen"): "a pipe to the user's script (the reply channel), not a file",
     ("script/channel.py", "fdopen"): "a pipe to the runner (the report channel), not a file",
     ("train/compile_cache.py", "open"): "the cache artifacts, written into atomic_path's temporary file and synced",
-    ("train/process.py", "save"): "compile_cache.save, which writes through atomic_path (not numpy's save)",
+    ("run_recipe.py", "save"): "compile_cache.save, which writes through atomic_path (not numpy's save)",
 }
 WRITE_MODES = ("w", "a", "x", "+")
 
