@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from autospeed.train.data import to_device
+from autospeed.train.distributed import ddp_of
 from autospeed.train.step import Stepper, forward_context
 
 LOADER, ACCUMULATE, BACKWARD = "loader", "accumulate", "backward"  # where a step's micro-batches are counted
@@ -263,15 +264,7 @@ class Stepping:
         self._stepper_for().step(optimizers, schedulers)
         self._unscaled.clear()
         self.boundary = self._source == LOADER  # other sources: the next micro-batch begins with the next call
-        self.step_count += 1
-        self.samples += self._effective
-        self._since_eval["steps"] += 1
-        self._since_eval["samples"] += self._effective
-        if self.step_count == 1 and self.clock.running:  # first step = compile (if any) + warm-up; synced
-            self.clock.stop()
-            self.first_step_seconds = self.clock.total - self._clock_at_start
-            self.compile_seconds = self.first_step_seconds if self.applied.get("compile", "none") != "none" else 0.0
-            self.clock.start()
+        self.record.stepped(self._effective, compiled=self.applied.get("compile", "none") != "none")
         if self.step_count == 1 and self.preflight and self.side is not None:
             self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults)
             sys.stdout.flush()
@@ -314,10 +307,7 @@ class Stepping:
         return self._stepper
 
     def _ddp(self):
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = getattr(self._train_model, "_orig_mod", self._train_model)  # under torch.compile
-        return model if isinstance(model, DistributedDataParallel) else None
+        return ddp_of(self._train_model) if self._train_model is not None else None
 
     def _layout(self, batch):
         if not self.applied.get("channels_last") or not isinstance(batch, (list, tuple)) or not batch:
