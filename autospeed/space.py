@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autospeed.errors import UserError
 from autospeed.recipe import KNOB_FIELDS, Recipe, Target, target_from
-from autospeed.validation import key_path, offered_metrics_note, raise_user_error
 from autospeed.script.options import check_script_options, is_script
+from autospeed.validation import key_path, offered_metrics_note, raise_user_error
 from autospeed.workloads import check_options, check_target, offered_metrics
 from autospeed.yamlio import load_yaml
 
@@ -407,7 +407,8 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "
                         f"'{asked_by}' asks for {most} workers; set gpus_per_trial: 1 (a trial then holds one "
                         f"GPU per worker) or 0 (CPU workers)")
-    if is_script(spec.workload):  # a user's script: its metrics are known when it reports (docs/design.md "User scripts")
+    # a user's script: its metrics are known when it reports (docs/design.md "User scripts")
+    if is_script(spec.workload):
         check_script_options(spec.workload_options, f"{source}: workload_options")
         return spec
     try:

@@ -39,19 +39,19 @@ from typing import Any, Iterable
 import torch
 
 from autospeed.recipe import Recipe
+from autospeed.script import channel
 from autospeed.script.knob_view import KnobView
+from autospeed.script.options import SCRIPT
 from autospeed.script.process import device_for, die_with_parent, join_process_group, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
-from autospeed.script import channel
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
 from autospeed.train.data import dataset_length, make_loader
 from autospeed.train.environment import PeakMemory
 from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
 from autospeed.train.result import process_age_seconds, wall_clock_origin
-from autospeed.script.options import SCRIPT
-from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
 from autospeed.train.run_record import RunRecord
+from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
 from autospeed.train.step import Clock, InForwardContext
 
 # A script's own way for each knob it does not give: its own LR schedule and its own optimizer
@@ -187,7 +187,8 @@ class Context(Stepping, Reporting):
         self.script_defaults.setdefault("batch_size", own)
         size = None if self._explicit is None or "batch_size" in self._explicit else own
         if size is not None:  # the samples an optimizer step sees, at the loader's own batch size
-            self._effective = own * self._trained.accumulation_steps * (self.replicas.world_size if self.replicas else 1)
+            workers = self.replicas.world_size if self.replicas else 1
+            self._effective = own * self._trained.accumulation_steps * workers
         return self.dataloader(loader.dataset, drop_last=loader.drop_last, batch_size=size,
                                collate_fn=loader.collate_fn)
 

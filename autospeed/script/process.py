@@ -36,7 +36,8 @@ def join_process_group(workers: int) -> Replicas | None:
     if not dist.is_initialized():
         if "RANK" not in os.environ:
             raise RuntimeError(f"the recipe asks for workers: {workers}; run the script through autospeed "
-                               f"(`autospeed train --script ...`) or torchrun, which start the workers, or set workers: 1")
+                               f"(`autospeed train --script ...`) or torchrun, which start the workers, or set "
+                               f"workers: 1")
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("AUTOSPEED_DEVICE") != "cpu" else "gloo"
         dist.init_process_group(backend=backend)
     return Replicas.joined(workers)

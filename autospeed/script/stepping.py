@@ -254,10 +254,9 @@ class Stepping:
                                "`with ctx.accumulate(model):`) so the context knows where a step ends")
         if not self.boundary:
             return False
-        as_list = (lambda x: [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x])
-        given = as_list(optimizers)
+        given = _as_list(optimizers)
         optimizers = given or list(self._optimizers)
-        schedulers = as_list(schedulers) if schedulers is not None else [] if given else list(self._schedulers)
+        schedulers = _as_list(schedulers) if schedulers is not None else [] if given else list(self._schedulers)
         for optimizer in optimizers:
             if all(optimizer is not o for o in self._optimizers):
                 self._optimizers.append(optimizer)
@@ -316,3 +315,8 @@ class Stepping:
         if isinstance(x, torch.Tensor) and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
+
+
+def _as_list(x) -> list:
+    """None, one object, or a list or tuple of them, as a list."""
+    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]

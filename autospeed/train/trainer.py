@@ -39,8 +39,16 @@ from autospeed.train.evaluate import EvaluationOutOfMemory, evaluate_once
 from autospeed.train.optimizers import build_optimizers, build_schedule
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 from autospeed.train.run_record import RunRecord
-from autospeed.train.setup import (NOT_APPLICABLE, autocast_name, compile_mode, cross_entropy_loss, not_applied,
-                                   pick_device, prepare_model, set_backend_knobs)
+from autospeed.train.setup import (
+    NOT_APPLICABLE,
+    autocast_name,
+    compile_mode,
+    cross_entropy_loss,
+    not_applied,
+    pick_device,
+    prepare_model,
+    set_backend_knobs,
+)
 from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
 from autospeed.train.throughput import rates
 from autospeed.workloads import Workload, load_workload
