@@ -1,7 +1,5 @@
 """autospeed: find the training recipe that reaches a target accuracy fastest."""
 
-__version__ = "0.1.0"
-
 
 def init(defaults=None):
     """The knob context of a user's own training loop (autospeed.script.context): the recipe autospeed runs
@@ -9,3 +7,11 @@ def init(defaults=None):
     from autospeed.script.context import init as _init
 
     return _init(defaults)
+
+
+def __getattr__(name: str):
+    if name == "__version__":  # read from the installed metadata when asked: `import autospeed` stays cheap
+        from autospeed._version import installed_version
+
+        return installed_version()
+    raise AttributeError(f"module 'autospeed' has no attribute {name!r}")

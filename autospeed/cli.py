@@ -32,18 +32,19 @@ def _err(message: str) -> None:
 def cmd_train(args) -> int:
     # Only what the run needs: torch, the trainer, the recipe; MLflow (autospeed.track) only when tracking,
     # Ray only for data-parallel workers (experiments/startup.py times this start-up).
-    from autospeed.train.environment import differences, environment
     from autospeed.recipe import load_recipe
-    from autospeed.train.trainer import pick_device, train
-    from autospeed.train.script_options import is_script
+    from autospeed.run_recipe import train
+    from autospeed.script.options import is_script
+    from autospeed.train.environment import differences, environment
+    from autospeed.train.trainer import pick_device
     from autospeed.workloads import check_target, load_workload
 
     recipe = _with_script(load_recipe(args.config), args)
     client = None
     if not args.no_track:
-        from autospeed.track import layout as tracking
+        from autospeed.track import layout
 
-        client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+        client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
     target = recipe.resolved_target
     workload = None  # a user's script: its metrics are known when it reports
     try:
@@ -97,7 +98,7 @@ def cmd_train(args) -> int:
             print(hits_line(shipped=cache is not None), file=out)
     prediction = checker.finish(result.tta_seconds, result.train_seconds) if checker is not None else None
     if client is not None:
-        run_id = tracking.log_train_run(client, args.experiment or tracking.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
+        run_id = layout.log_train_run(client, args.experiment or layout.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
                                         prediction)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
     if args.json:
@@ -132,7 +133,7 @@ def _shipped_compile_cache(recipe, config: str, out):
 
 def _with_script(recipe, args):
     """The recipe with `--script SCRIPT -- ARGS` as its workload; an exported script recipe names its own."""
-    from autospeed.train.script_options import SCRIPT, check_script_options, is_script, script_options
+    from autospeed.script.options import SCRIPT, check_script_options, is_script, script_options
 
     if args.script is None:
         if args.script_args:
@@ -151,10 +152,10 @@ def _with_script(recipe, args):
 def cmd_search(args) -> int:
     from pathlib import Path
 
-    from autospeed.track import layout as tracking
     from autospeed.search import run_search
     from autospeed.search.confirm_text import summary_lines
     from autospeed.space import load_spec, with_script
+    from autospeed.track import layout
 
     spec = with_script(load_spec(args.space), args.script, args.script_args)
     if args.trials is not None and args.trials < 1:
@@ -170,9 +171,9 @@ def cmd_search(args) -> int:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     summary = outcome.summary
-    if summary[tracking.M_BEST_TTA] is not None:
-        sp, base = summary[tracking.M_SPEEDUP], summary[tracking.M_BASELINE_TTA]
-        print(f"\nbest TTA {summary[tracking.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
+    if summary[layout.M_BEST_TTA] is not None:
+        sp, base = summary[layout.M_SPEEDUP], summary[layout.M_BASELINE_TTA]
+        print(f"\nbest TTA {summary[layout.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
               + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
     elif any(r.predicted for r in outcome.rows):
         print("\nno trial reached the target inside its budget: ranked by predicted TTA (a prediction, marked ~)")
@@ -227,11 +228,11 @@ def _resume_command(args) -> str:
 
 
 def cmd_export(args) -> int:
-    from autospeed.track import layout as tracking
     from autospeed.recipe import load_recipe
+    from autospeed.track import layout
     from autospeed.track.export import compile_lines, export, speedup_lines
 
-    client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
     from autospeed.track.runs import tta_text
 
@@ -249,13 +250,13 @@ def cmd_export(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from autospeed.track import layout as tracking
     from autospeed.search.ablation import explain
+    from autospeed.track import layout
 
     if args.repeats is not None and args.repeats < 1:
         raise UserError(f"--repeats: {args.repeats} is not a number of rounds; give 1 or more (default: the "
                         f"search's confirm.repeats)")
-    client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
     explain(client, args.name, args.storage_path, args.repeats)
     print(f"recorded on search '{args.name}': autospeed export writes it as measured.ablation, autospeed report "
           f"draws it")
@@ -263,11 +264,11 @@ def cmd_explain(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from autospeed.track import layout as tracking
     from autospeed.search import search_root
     from autospeed.show.report import write_report
+    from autospeed.track import layout
 
-    client = tracking.connect(tracking.resolve_tracking_uri(args.tracking_uri))
+    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
     searches = search_root(args.storage_path, args.name) if args.storage_path else None
     report = write_report(client, args.name, args.out, searches=searches)
     print(report.leaderboard)
@@ -279,10 +280,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    from autospeed.track import layout as tracking
     from autospeed.show.ui import serve
+    from autospeed.track import layout
 
-    return serve(tracking.resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
+    return serve(layout.resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
 
 
 def cmd_validate(args) -> int:
@@ -332,7 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tracking-uri", help=uri_help)
     s.add_argument("--storage-path", help="where Ray keeps the experiment (default: ./autospeed_results)")
     s.add_argument("--ray-address", help="join an existing Ray cluster (default: start Ray locally)")
-    s.add_argument("--resume", action="store_true", help="continue the latest search of this name; with --trials N above its count, extend it to N trials")
+    s.add_argument("--resume", action="store_true",
+                   help="continue the latest search of this name; with --trials N above its count, extend it to N "
+                        "trials")
     s.add_argument("--seed", type=int, help="sampler seed (default: sampler.seed)")
     s.add_argument("--verbose", action="store_true", help="show Ray's own output")
     s.set_defaults(func=cmd_search)

@@ -18,7 +18,7 @@ from autospeed.validation import offered_metrics_note, raise_user_error
 from autospeed.yamlio import dump_yaml, load_yaml
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
-SCRIPT_WORKLOAD = "script"  # autospeed.train.script_options.SCRIPT: a user's own training script
+SCRIPT_WORKLOAD = "script"  # autospeed.script.options.SCRIPT: a user's own training script
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autospeed.errors import UserError
 from autospeed.recipe import KNOB_FIELDS, Recipe, Target, target_from
+from autospeed.script.options import check_script_options, is_script
 from autospeed.validation import key_path, offered_metrics_note, raise_user_error
-from autospeed.train.script_options import check_script_options, is_script
 from autospeed.workloads import check_options, check_target, offered_metrics
 from autospeed.yamlio import load_yaml
 
@@ -427,7 +427,8 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "
                         f"'{asked_by}' asks for {most} workers; set gpus_per_trial: 1 (a trial then holds one "
                         f"GPU per worker) or 0 (CPU workers)")
-    if is_script(spec.workload):  # a user's script: its metrics are known when it reports (docs/design.md "User scripts")
+    # a user's script: its metrics are known when it reports (docs/design.md "User scripts")
+    if is_script(spec.workload):
         check_script_options(spec.workload_options, f"{source}: workload_options")
         return spec
     try:
@@ -450,7 +451,7 @@ def with_script(spec: SearchSpec, script: str | None, args: list[str]) -> Search
         if args:
             raise UserError(f"arguments after -- ({' '.join(args)}) are for a script; give it with --script train.py")
         return spec
-    from autospeed.train.script_options import SCRIPT, script_options
+    from autospeed.script.options import SCRIPT, script_options
 
     # nothing after --: the file's own arguments stand, as `autospeed train --script` keeps the recipe's
     mine = spec.workload_options if is_script(spec.workload) else {}

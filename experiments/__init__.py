@@ -91,7 +91,7 @@ def _r(*args: str, writes: tuple[str, ...], measures: tuple[str, ...] = (), at: 
 # `autospeed train` of the export (Ray, Optuna and MLflow glue, confirmation, the speed-up's statistics, the
 # command itself). PACKAGE: a command's start-up and exit, where importing or tearing down any module counts.
 # TIMING: the experiments' own fresh-process timing and search run as a user runs it (experiments/_common.py).
-TRAIN = ("autospeed/train/", "autospeed/recipe.py",
+TRAIN = ("autospeed/train/", "autospeed/run_recipe.py", "autospeed/recipe.py",
          *(f"autospeed/workloads/{f}" for f in ("__init__.py", "base.py", "_registry.py", "_cache.py")))
 BUILTIN, LM_DATA = "autospeed/workloads/_builtin.py", "autospeed/workloads/_lm.py"
 SEARCH = (*TRAIN, "autospeed/search/", "autospeed/track/", "autospeed/space.py", "autospeed/outcome.py",

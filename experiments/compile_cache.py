@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_lock, emit_table, provenance, shown  # noqa: E402
 
 from autospeed.recipe import Measured, Recipe, load_recipe  # noqa: E402
-from autospeed.train.process import train_in_fresh_process  # noqa: E402
+from autospeed.run_recipe import train_in_fresh_process  # noqa: E402
 
 # speedup_best.yaml's searched recipe (experiments/results/speedup_best.yaml) with torch.compile, and a budget that
 # holds a CPU compile (10-20 s on 2 cores)

@@ -20,10 +20,10 @@ ALLOWED = {
     ("track/outbox.py", "open"): "the tracking journal, appended line by line and synced: a torn last line (a kill "
                                  "mid-append) is skipped on load, and its write had not returned to its caller",
     ("train/environment.py", "open"): "/proc/self/clear_refs: resets the peak RSS, not a file on disk",
-    ("train/script_run.py", "fdopen"): "a pipe to the user's script (the reply channel), not a file",
-    ("train/script_channel.py", "fdopen"): "a pipe to the runner (the report channel), not a file",
+    ("script/runner.py", "fdopen"): "a pipe to the user's script (the reply channel), not a file",
+    ("script/channel.py", "fdopen"): "a pipe to the runner (the report channel), not a file",
     ("train/compile_cache.py", "open"): "the cache artifacts, written into atomic_path's temporary file and synced",
-    ("train/process.py", "save"): "compile_cache.save, which writes through atomic_path (not numpy's save)",
+    ("run_recipe.py", "save"): "compile_cache.save, which writes through atomic_path (not numpy's save)",
 }
 WRITE_MODES = ("w", "a", "x", "+")
 

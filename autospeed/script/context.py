@@ -1,7 +1,7 @@
 """The knob context a user's own training loop calls: `ctx = autospeed.init(defaults={...})`.
 
 Run by autospeed (a trial, a confirmation run, `autospeed train --script`), the context holds the
-run's recipe and reports to the runner (autospeed.train.script_channel); run on its own, it holds the
+run's recipe and reports to the runner (autospeed.script.channel); run on its own, it holds the
 script's `defaults` and the script trains as plain PyTorch: no target and no budget unless the defaults
 name them. Under a search the script's `defaults` are the base of the baseline and of every trial
 (autospeed.script.preflight captures them), and each knob keeps the script's own way unless the space
@@ -38,19 +38,19 @@ from typing import Any, Iterable
 
 import torch
 
-from autospeed.outcome import Status
 from autospeed.recipe import Recipe
+from autospeed.script import channel
 from autospeed.script.knob_view import KnobView
+from autospeed.script.options import SCRIPT
 from autospeed.script.process import device_for, die_with_parent, join_process_group, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
-from autospeed.train import script_channel as channel
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
 from autospeed.train.data import dataset_length, make_loader
 from autospeed.train.environment import PeakMemory
 from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
 from autospeed.train.result import process_age_seconds, wall_clock_origin
-from autospeed.train.script_options import SCRIPT
+from autospeed.train.run_record import RunRecord
 from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
 from autospeed.train.step import Clock, InForwardContext
 
@@ -65,12 +65,12 @@ class Context(Stepping, Reporting):
     def __init__(self, recipe: Recipe, micro_batch: int | None = None, side: channel.ScriptSide | None = None,
                  clock_offset: float = 0.0, preflight: bool = False, alone: bool = False,
                  script_defaults: dict[str, Any] | None = None, explicit: set[str] | None = None):
-        self.wall_start = time.perf_counter()
-        self._before_entry, self._origin = wall_clock_origin()
+        wall_start = time.perf_counter()
+        before_entry, origin = wall_clock_origin()
         if channel.WALL_BEFORE in os.environ:  # run by autospeed: count from its origin, the script's start-up inside
             age = process_age_seconds() or 0.0
-            self._before_entry = float(os.environ[channel.WALL_BEFORE]) + age
-            self._origin = os.environ.get(channel.WALL_ORIGIN, self._origin)
+            before_entry = float(os.environ[channel.WALL_BEFORE]) + age
+            origin = os.environ.get(channel.WALL_ORIGIN, origin)
         self.recipe = recipe  # as the run was asked for (micro_batch_size and lr_scaling not resolved)
         # run alone (no autospeed around it): the script's own target and budget only, no stop on NaN
         self.alone = alone
@@ -102,12 +102,13 @@ class Context(Stepping, Reporting):
         self._attention_decided = False  # whether an evaluation showed if the model calls SDPA (paused)
         self._zeroed_between_micro = False  # the script zeroed gradients inside a step's micro-batches
         self.clock = Clock(self.device, clock_offset)
-        self._clock_at_start = clock_offset
-        self.peak = PeakMemory(self.device)
+        target = recipe.resolved_target
+        # the steps, evaluations, status and result, kept as the built-in trainer keeps them
+        self.record = RunRecord(recipe, self.device, self.clock, PeakMemory(self.device), wall_start, before_entry,
+                                origin, has_target=self._has_target,
+                                mode_of=lambda name: target.mode if name == target.metric else metric_mode(name))
         self.module: torch.nn.Module | None = None  # the eager, unwrapped model (for EMA/SWA and evaluation)
         self.boundary = False  # True after the micro-batch that completes an optimizer step's batch
-        self.step_count = self.samples = self.evaluations = 0
-        self.steps_per_epoch: int | None = None
         self._train_loader = self._train_model = self._forward = self._stepper = self._lr_curve = None
         self._source: str | None = None  # where micro-batches are counted (stepping.LOADER, ACCUMULATE, BACKWARD)
         self._optimizers: list[torch.optim.Optimizer] = []  # every optimizer the context knows (clipping, step)
@@ -116,12 +117,6 @@ class Context(Stepping, Reporting):
         self._micro = self._epochs_started = 0
         self._paused = False
         self._eval_checked_at = -1
-        self._since_eval = {"steps": 0, "samples": 0, "clock": clock_offset}
-        self.best_metrics: dict[str, float] = {}
-        self.history: list[dict[str, float]] = []
-        self.status, self.tta, self.error = Status.NOT_REACHED, None, None
-        self.first_step_seconds = self.compile_seconds = 0.0
-        self._wall_at_target: float | None = None
         self._eval_failed = False
         self.finished = False
         self.result = None
@@ -139,6 +134,26 @@ class Context(Stepping, Reporting):
     def is_main(self) -> bool:
         """Rank 0: the process that evaluates and logs (always true without data parallelism)."""
         return self.rank == 0
+
+    # ---- the run so far (its record) ----
+    @property
+    def step_count(self) -> int:
+        """Optimizer steps taken so far."""
+        return self.record.steps
+
+    @property
+    def best_metrics(self) -> dict[str, float]:
+        """The best value of each reported metric so far, in its direction."""
+        return self.record.best_metrics
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Optimizer steps in an epoch of the training loader; None until one says."""
+        return self.record.steps_per_epoch
+
+    @steps_per_epoch.setter
+    def steps_per_epoch(self, steps: int) -> None:
+        self.record.steps_per_epoch = steps
 
     # ---- building the run ----
     def prepare(self, *objects):
@@ -172,7 +187,8 @@ class Context(Stepping, Reporting):
         self.script_defaults.setdefault("batch_size", own)
         size = None if self._explicit is None or "batch_size" in self._explicit else own
         if size is not None:  # the samples an optimizer step sees, at the loader's own batch size
-            self._effective = own * self._trained.accumulation_steps * (self.replicas.world_size if self.replicas else 1)
+            workers = self.replicas.world_size if self.replicas else 1
+            self._effective = own * self._trained.accumulation_steps * workers
         return self.dataloader(loader.dataset, drop_last=loader.drop_last, batch_size=size,
                                collate_fn=loader.collate_fn)
 

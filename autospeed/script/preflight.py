@@ -3,7 +3,7 @@ what it runs with on its own.
 
 The script runs once, with the space file's layers (its workload, target, budget and fixed knobs) over the
 script's own `autospeed.init(defaults=...)`, to the end of its first optimizer step
-(autospeed.train.script_channel PREFLIGHT, LAYERS); its context says which knobs it read by then and which
+(autospeed.script.channel PREFLIGHT, LAYERS); its context says which knobs it read by then and which
 defaults it gave. Those defaults become the base of the baseline and of every trial (SearchSpec.script_defaults):
 the space file names only what it changes, and the baseline is the script as its author runs it. A script that
 fails before that step (a missing import, arguments it rejects) and a searched knob it never reads (it built its
@@ -17,7 +17,7 @@ import sys
 
 from autospeed.errors import UserError
 from autospeed.script.knob_view import HELPER_OF
-from autospeed.train.script_run import preflight_knobs
+from autospeed.script.runner import preflight_knobs
 
 
 def check_script_reads(spec, space_path: str, console=sys.stdout):

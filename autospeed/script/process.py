@@ -14,7 +14,7 @@ import torch
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.train.distributed import Replicas
-from autospeed.train.evaluate import is_oom
+from autospeed.train.run_record import failure
 from autospeed.train.setup import pick_device
 
 
@@ -36,7 +36,8 @@ def join_process_group(workers: int) -> Replicas | None:
     if not dist.is_initialized():
         if "RANK" not in os.environ:
             raise RuntimeError(f"the recipe asks for workers: {workers}; run the script through autospeed "
-                               f"(`autospeed train --script ...`) or torchrun, which start the workers, or set workers: 1")
+                               f"(`autospeed train --script ...`) or torchrun, which start the workers, or set "
+                               f"workers: 1")
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("AUTOSPEED_DEVICE") != "cpu" else "gloo"
         dist.init_process_group(backend=backend)
     return Replicas.joined(workers)
@@ -62,10 +63,9 @@ def watch_for_crash(ctx) -> None:
 
     def hook(kind, value, tb):
         if not ctx.finished:
-            oom = is_oom(value)
-            line = str(value).strip().splitlines()[0] if str(value).strip() else ""
-            ctx.applied["oom_in_evaluation"] = oom and ctx._eval_failed
-            ctx.finish(Status.OOM if oom else Status.FAILED, f"{kind.__name__}: {line}")
+            status, error = failure(value)
+            ctx.applied["oom_in_evaluation"] = status == Status.OOM and ctx._eval_failed
+            ctx.finish(status, error)
         previous(kind, value, tb)
 
     sys.excepthook = hook

@@ -1,5 +1,6 @@
 """The clock and the report of a user's loop (a part of autospeed.script.context's Context): evaluation off the
-train clock (`ctx.paused()`), `ctx.report(...)` (the target, the budget, the search's stop), and the run's result.
+train clock (`ctx.paused()`), `ctx.report(...)` (the target, the budget, the search's stop), and the run's result
+(its bookkeeping in autospeed.train.run_record, as the built-in trainer keeps it).
 
 Run alone (`python train.py`, no autospeed around it), the script does what it did before: no target unless
 its `defaults` name one (then `report(...).stop` says when it is met, the script's own early stop), no budget
@@ -11,17 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
-from autospeed.outcome import Status, objective
+from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.script.knob_view import NOT_READ
-from autospeed.train.environment import environment
-from autospeed.train.evaluate import better, is_oom
+from autospeed.train.evaluate import is_oom
 from autospeed.train.optimizers import NOT_APPLICABLE
-from autospeed.train.result import EvalEvent, TrainResult
+from autospeed.train.result import TrainResult
 from autospeed.train.setup import CHECKED_KNOBS, _SdpaWatch, not_applied
 
 
@@ -87,7 +86,6 @@ class Reporting:
         target in its defaults, any metrics will do and only the schedule's end stops."""
         if self.clock.running:
             self.clock.stop()
-        train_seconds = self.clock.total
         if self.replicas is not None:
             metrics = self.replicas.from_leader(metrics)
         target = self.recipe.resolved_target
@@ -95,28 +93,9 @@ class Reporting:
             raise ValueError(f"autospeed: ctx.report() got {sorted(metrics)}, not the target metric "
                              f"'{target.metric}'; report it (the target is {target.describe()})")
         values = {k: float(v) for k, v in metrics.items()}
-        for name, v in values.items():
-            mode = target.mode if name == target.metric else metric_mode(name)
-            self.best_metrics[name] = better(mode, self.best_metrics.get(name), v)
-        self.evaluations += 1
-        best = self.best_metrics.get(target.metric)
-        reached = self._has_target and best is not None and target.met(best)
-        interval = train_seconds - self._since_eval["clock"]
         loss = math.nan if train_loss is None else float(train_loss)
-        event = EvalEvent(
-            step=self.step_count, epoch=self.step_count / (self.steps_per_epoch or 1), samples=self.samples,
-            train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start, metrics=values,
-            value=values.get(target.metric, math.nan), best_value=math.nan if best is None else best,
-            train_loss=loss,
-            samples_per_second=self._since_eval["samples"] / interval if interval > 0 else 0.0, reached=reached,
-            compile_seconds=self.compile_seconds, peak_memory_mb=self.peak.mb(),
-            objective=objective(Status.RUNNING, train_seconds if reached else None, best, target.value,
-                                self.recipe.max_train_seconds, target.mode),
-            best_metrics=dict(self.best_metrics))
-        self.history.append(event.flat())
-        self._since_eval = {"steps": 0, "samples": 0, "clock": train_seconds}
-        if reached and self.tta is None:
-            self.tta, self._wall_at_target, self.status = train_seconds, event.wall_seconds, Status.REACHED
+        event = self.record.evaluation(values, loss)
+        reached = self.record.met_target(event)
         stop = False
         if self.side is not None and self.is_main:
             stop = bool(self.side.ask("eval", event=asdict(event)).get("stop"))
@@ -125,15 +104,15 @@ class Reporting:
         total = self._total_steps_or_none()
         diverged = not self.alone and train_loss is not None and not math.isfinite(loss)
         reason = ("reached" if reached else "diverged" if diverged
-                  else "budget" if train_seconds >= self.budget_seconds
+                  else "budget" if event.train_seconds >= self.budget_seconds
                   else "schedule" if total is not None and self.step_count >= total
                   else "stopped" if stop else "")
         if not reason:
             return Report(False)
         if reason == "diverged":
-            self.status, self.error = Status.DIVERGED, f"train loss became {loss} by step {self.step_count}"
+            self.record.diverged(loss)
         elif reason == "stopped":
-            self.status = Status.STOPPED_EARLY
+            self.record.stopped_early()
         self.finish()
         return Report(True, reason)
 
@@ -147,14 +126,13 @@ class Reporting:
         if self.clock.running:
             self.clock.stop()
         if status is not None:
-            self.status, self.error = status, error
+            self.record.status, self.record.error = status, error
         self.result = self._result()
         if self.side is not None and self.is_main:
             self.side.send("result", result=jsonable(self.result))
         return self.result
 
     def _result(self) -> TrainResult:
-        target = self.recipe.resolved_target
         applied = dict(self.applied)
         applied["knobs_read"] = sorted(self.read)
         for knob in CHECKED_KNOBS:  # a knob set (away from its default) that the script never read did not act
@@ -167,22 +145,7 @@ class Reporting:
         applied["not_applied"] = not_applied(self._trained, applied)
         if self._zeroed_between_micro:  # the leaderboard and `autospeed train` list it with the others
             applied["not_applied"]["accumulation_steps"] = {"asked": self._trained.accumulation_steps, "ran": 1}
-        best = self.best_metrics.get(target.metric)
-        train_seconds = self.clock.total
-        wall_to_target = None if self._wall_at_target is None else self._wall_at_target + self._before_entry
-        return TrainResult(
-            status=self.status, tta_seconds=self.tta, target=target.model_dump(), best_value=best,
-            best_metrics=dict(self.best_metrics),
-            objective=objective(self.status, self.tta, best, target.value, self.recipe.max_train_seconds, target.mode),
-            train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start,
-            compile_seconds=self.compile_seconds, first_step_seconds=self.first_step_seconds,
-            peak_memory_mb=self.peak.mb(),
-            samples_per_second=self.samples / (train_seconds - self._clock_at_start)
-            if train_seconds > self._clock_at_start else 0.0,
-            steps=self.step_count, epochs_done=self.step_count / (self.steps_per_epoch or 1),
-            evaluations=self.evaluations, applied=applied,
-            environment={**environment(self.device), "workers": applied["workers"]}, error=self.error,
-            history=self.history, wall_to_target_seconds=wall_to_target, wall_clock_origin=self._origin)
+        return self.record.result(applied)
 
 
 def jsonable(result: TrainResult) -> dict[str, Any]:

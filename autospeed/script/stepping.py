@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from autospeed.train.data import to_device
+from autospeed.train.distributed import ddp_of
 from autospeed.train.step import Stepper, forward_context
 
 LOADER, ACCUMULATE, BACKWARD = "loader", "accumulate", "backward"  # where a step's micro-batches are counted
@@ -253,25 +254,16 @@ class Stepping:
                                "`with ctx.accumulate(model):`) so the context knows where a step ends")
         if not self.boundary:
             return False
-        as_list = (lambda x: [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x])
-        given = as_list(optimizers)
+        given = _as_list(optimizers)
         optimizers = given or list(self._optimizers)
-        schedulers = as_list(schedulers) if schedulers is not None else [] if given else list(self._schedulers)
+        schedulers = _as_list(schedulers) if schedulers is not None else [] if given else list(self._schedulers)
         for optimizer in optimizers:
             if all(optimizer is not o for o in self._optimizers):
                 self._optimizers.append(optimizer)
         self._stepper_for().step(optimizers, schedulers)
         self._unscaled.clear()
         self.boundary = self._source == LOADER  # other sources: the next micro-batch begins with the next call
-        self.step_count += 1
-        self.samples += self._effective
-        self._since_eval["steps"] += 1
-        self._since_eval["samples"] += self._effective
-        if self.step_count == 1 and self.clock.running:  # first step = compile (if any) + warm-up; synced
-            self.clock.stop()
-            self.first_step_seconds = self.clock.total - self._clock_at_start
-            self.compile_seconds = self.first_step_seconds if self.applied.get("compile", "none") != "none" else 0.0
-            self.clock.start()
+        self.record.stepped(self._effective, compiled=self.applied.get("compile", "none") != "none")
         if self.step_count == 1 and self.preflight and self.side is not None:
             self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults)
             sys.stdout.flush()
@@ -314,10 +306,7 @@ class Stepping:
         return self._stepper
 
     def _ddp(self):
-        from torch.nn.parallel import DistributedDataParallel
-
-        model = getattr(self._train_model, "_orig_mod", self._train_model)  # under torch.compile
-        return model if isinstance(model, DistributedDataParallel) else None
+        return ddp_of(self._train_model) if self._train_model is not None else None
 
     def _layout(self, batch):
         if not self.applied.get("channels_last") or not isinstance(batch, (list, tuple)) or not batch:
@@ -326,3 +315,8 @@ class Stepping:
         if isinstance(x, torch.Tensor) and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
+
+
+def _as_list(x) -> list:
+    """None, one object, or a list or tuple of them, as a list."""
+    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]

@@ -16,14 +16,13 @@ from typing import Any
 
 from ray.tune import Callback
 
-from autospeed.track import runs
-from autospeed.track import layout as t
 from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
 from autospeed.search.curve import EXPONENT_KEY, PREDICTION_KEYS
 from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, unwritable
 from autospeed.search.trainable import FINAL, recipe_of
 from autospeed.space import SearchSpec
+from autospeed.track import layout, runs
 
 
 def _halts_on_write_errors(method):
@@ -70,8 +69,8 @@ class TrialTracker(Callback):
         parent = client.get_run(self.parent)
         children = runs.child_runs(client, parent)
         for run in children:
-            if run.data.tags.get(t.TAG_KIND) == t.KIND_TRIAL:
-                self.runs[run.data.tags.get(t.TAG_TRIAL_ID)] = run.info.run_id
+            if run.data.tags.get(layout.TAG_KIND) == layout.KIND_TRIAL:
+                self.runs[run.data.tags.get(layout.TAG_TRIAL_ID)] = run.info.run_id
         for r in runs.trial_rows(client, parent, runs=children):
             # only trials that finished: one killed mid-run (KILLED by the resume) trains again into its run
             if r.status != Status.RUNNING and search_dir.finished(r.trial_id) is not None:
@@ -121,19 +120,20 @@ class TrialTracker(Callback):
         if run_id is None and rerun_of in self.runs and self.search_dir.finished(rerun_of) is None:
             # a rebuilt search trains an unfinished trial's recipe again as a new Tune trial: it takes over its run
             run_id = self.runs[trial.trial_id] = self.runs.pop(rerun_of)
-            self.out.set_tag(run_id, t.TAG_TRIAL_ID, trial.trial_id)
-            self.out.set_tag(run_id, t.TAG_RERUN_OF, rerun_of)
+            self.out.set_tag(run_id, layout.TAG_TRIAL_ID, trial.trial_id)
+            self.out.set_tag(run_id, layout.TAG_RERUN_OF, rerun_of)
         if run_id is None:
             index = int(trial.trial_id.rsplit("_", 1)[-1]) if "_" in trial.trial_id else len(self.runs)
             run = self.out.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
-                                         tags={t.TAG_PARENT: self.parent, t.TAG_SEARCH_ID: self.search_id,
-                                               t.TAG_TRIAL_ID: trial.trial_id, t.TAG_KIND: t.KIND_TRIAL,
-                                               t.TAG_BASELINE: str(baseline).lower()})
+                                         tags={layout.TAG_PARENT: self.parent, layout.TAG_SEARCH_ID: self.search_id,
+                                               layout.TAG_TRIAL_ID: trial.trial_id, layout.TAG_KIND: layout.KIND_TRIAL,
+                                               layout.TAG_BASELINE: str(baseline).lower()})
             run_id = self.runs[trial.trial_id] = run.info.run_id
-            t.log_batch(self.out, run_id, params=t.recipe_params(recipe_of(self.spec, trial.config).training_fields()))
+            params = layout.recipe_params(recipe_of(self.spec, trial.config).training_fields())
+            layout.log_batch(self.out, run_id, params=params)
         else:  # resumed: the same run continues
             self.out.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
-        self.out.set_tag(run_id, t.TAG_STATUS, Status.RUNNING.value)
+        self.out.set_tag(run_id, layout.TAG_STATUS, Status.RUNNING.value)
         self.history[trial.trial_id] = []
         self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
 
@@ -146,8 +146,8 @@ class TrialTracker(Callback):
             self.history.setdefault(trial.trial_id, []).append((result["train_seconds"], value))
         if result.get(FINAL) is False:
             # The first evaluation says where the trial runs: tagged now, so a trial ASHA stops has it too.
-            tags = t.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
-            t.log_batch(self.out, self.runs[trial.trial_id], t.eval_metrics(result), tags=tags)
+            tags = layout.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
+            layout.log_batch(self.out, self.runs[trial.trial_id], layout.eval_metrics(result), tags=tags)
 
     @_halts_on_write_errors
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
@@ -189,25 +189,26 @@ class TrialTracker(Callback):
         final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
                  "wall_to_target_seconds": last.get("wall_to_target_seconds") if tta is not None else None,
                  "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
-        tags = {t.TAG_STATUS: status.value, **_tta_source_tags(status, last)}
-        predicted = {k: last.get(k) for k in PREDICTION_KEYS} if tags[t.TAG_TTA_SOURCE] == t.TTA_PREDICTED else {}
+        tags = {layout.TAG_STATUS: status.value, **_tta_source_tags(status, last)}
+        is_predicted = tags[layout.TAG_TTA_SOURCE] == layout.TTA_PREDICTED
+        predicted = {k: last.get(k) for k in PREDICTION_KEYS} if is_predicted else {}
         final.update(predicted)  # metrics of a predicted trial only: tta_seconds stays for measurements
         if last.get("wall_clock_origin"):
-            tags[t.TAG_WALL_ORIGIN] = last["wall_clock_origin"]
+            tags[layout.TAG_WALL_ORIGIN] = last["wall_clock_origin"]
         if error:
-            tags[t.TAG_ERROR] = error[:500]
+            tags[layout.TAG_ERROR] = error[:500]
         if last.get("duplicate_of"):
-            tags[t.TAG_DUPLICATE_OF] = last["duplicate_of"]
+            tags[layout.TAG_DUPLICATE_OF] = last["duplicate_of"]
         if last.get("environment"):
-            tags.update(t.environment_tags(json.loads(last["environment"])))
+            tags.update(layout.environment_tags(json.loads(last["environment"])))
         if last.get("node"):  # also a repeated recipe's trial, which trains nothing
-            tags[t.TAG_NODE] = last["node"]
+            tags[layout.TAG_NODE] = last["node"]
         if last.get("applied"):
-            tags.update(t.applied_tags(json.loads(last["applied"])))
-        t.log_batch(self.out, run_id, t.final_metrics(final, score), tags=tags)
+            tags.update(layout.applied_tags(json.loads(last["applied"])))
+        layout.log_batch(self.out, run_id, layout.final_metrics(final, score), tags=tags)
         recipe_yaml = last.get("recipe_yaml") or recipe_of(self.spec, trial.config).to_yaml()
         self.out.log_text(run_id, recipe_yaml, "recipe.yaml")
-        if last.get("stderr_tail"):  # a user's script that failed: the end of what it printed (train.script_run)
+        if last.get("stderr_tail"):  # a user's script that failed: the end of what it printed (script.runner)
             self.out.log_text(run_id, last["stderr_tail"], "stderr_tail.txt")
         terminal = RunStatus.FAILED if is_infeasible(status) else RunStatus.FINISHED
         self.out.set_terminated(run_id, RunStatus.to_string(terminal))
@@ -217,7 +218,7 @@ class TrialTracker(Callback):
         self.search_dir.record_finished(trial.trial_id, {
             FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
             "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0),
-            "tta_source": tags[t.TAG_TTA_SOURCE], "tta_note": tags[t.TAG_TTA_NOTE], **predicted,
+            "tta_source": tags[layout.TAG_TTA_SOURCE], "tta_note": tags[layout.TAG_TTA_NOTE], **predicted,
             EXPONENT_KEY: last.get(EXPONENT_KEY)},  # pooled by the trials after it (autospeed.horizon)
             baseline=bool(trial.config.get("baseline")), history=self.history.pop(trial.trial_id, []))
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
@@ -246,7 +247,8 @@ class TrialTracker(Callback):
         if duplicate_of:
             label += f" (repeats {duplicate_of}'s recipe: its result, not trained again)"
         knobs = {} if baseline else {k: v for k, v in trial.config.items() if k != RERUN_OF}
-        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, knobs, applied, predicted=predicted)
+        self.view.finished(trial.trial_id, label, status.value, tta, best, baseline, knobs, applied,
+                           predicted=predicted)
 
     def _count_errors(self, status: Status, error: str | None) -> None:
         """The same error N trials in a row means the search is broken, not the recipes."""
@@ -263,24 +265,24 @@ class TrialTracker(Callback):
 def _tta_source_tags(status: Status, last: dict[str, Any]) -> dict[str, str]:
     """autospeed.tta_source and its note: measured (reached), predicted (search/curve.py said so), or none."""
     if status == Status.REACHED:
-        return {t.TAG_TTA_SOURCE: t.TTA_MEASURED, t.TAG_TTA_NOTE: ""}
+        return {layout.TAG_TTA_SOURCE: layout.TTA_MEASURED, layout.TAG_TTA_NOTE: ""}
     source = last.get("tta_source") if status not in (Status.FAILED,) or last.get(FINAL) else None
-    if source == t.TTA_PREDICTED and last.get(PREDICTION_KEYS[0]) is not None:
-        return {t.TAG_TTA_SOURCE: t.TTA_PREDICTED, t.TAG_TTA_NOTE: last.get("tta_note") or ""}
-    note = last.get("tta_note") if source == t.TTA_NONE else f"the run ended {status.value} before a prediction"
-    return {t.TAG_TTA_SOURCE: t.TTA_NONE, t.TAG_TTA_NOTE: (note or "")[:500]}
+    if source == layout.TTA_PREDICTED and last.get(PREDICTION_KEYS[0]) is not None:
+        return {layout.TAG_TTA_SOURCE: layout.TTA_PREDICTED, layout.TAG_TTA_NOTE: last.get("tta_note") or ""}
+    note = last.get("tta_note") if source == layout.TTA_NONE else f"the run ended {status.value} before a prediction"
+    return {layout.TAG_TTA_SOURCE: layout.TTA_NONE, layout.TAG_TTA_NOTE: (note or "")[:500]}
 
 
 def _predicted_text(tags: dict[str, str], predicted: dict[str, Any]) -> str | None:
     """What the live view shows for a trial that did not reach: `~412 s [300-560]` or `no prediction (why)`."""
     from autospeed.predict import format_predicted
 
-    if tags[t.TAG_TTA_SOURCE] == t.TTA_MEASURED:
+    if tags[layout.TAG_TTA_SOURCE] == layout.TTA_MEASURED:
         return None
     if predicted:
         return format_predicted(*(predicted[k] for k in PREDICTION_KEYS))
-    note = tags[t.TAG_TTA_NOTE]
-    return f"no prediction ({note})" if note and note != t.TTA_NOTE_PREDICT_OFF else None
+    note = tags[layout.TAG_TTA_NOTE]
+    return f"no prediction ({note})" if note and note != layout.TTA_NOTE_PREDICT_OFF else None
 
 
 def error_kind(error: str) -> str:

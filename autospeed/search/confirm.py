@@ -49,10 +49,10 @@ from autospeed.recipe import Recipe, load_recipe
 from autospeed.search._ray import stop_ray
 from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 from autospeed.space import SearchSpec
-from autospeed.train.script_options import is_script
+from autospeed.script.options import is_script
 from autospeed.search.confirm_ledger import RunLedger
 from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
-from autospeed.train.process import train_in_fresh_process
+from autospeed.run_recipe import train_in_fresh_process
 from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
                                          format_interval)
 

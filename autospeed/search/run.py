@@ -14,19 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autospeed.train.script_options import is_script
-from autospeed.track import runs
-from autospeed.track import layout as t
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.outcome import Status
+from autospeed.script.options import is_script
 from autospeed.search import _ray
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import counted
 from autospeed.search.resume import resume_state, same_script
-from autospeed.search.storage import (SearchDir, check_writable, latest_search_dir, search_lock, search_root,
-                                      write_refused)
+from autospeed.search.storage import (
+    SearchDir,
+    check_writable,
+    latest_search_dir,
+    search_lock,
+    search_root,
+    write_refused,
+)
 from autospeed.space import Param, SearchSpec
-
+from autospeed.track import layout, runs
 
 PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
 
@@ -77,8 +81,8 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     """
     wall_start = time.perf_counter()
     _check_workers_fit(spec, space_path)  # bad input: before the store, the dataset or Ray are touched
-    uri = t.resolve_tracking_uri(tracking_uri)
-    client = t.connect(uri)
+    uri = layout.resolve_tracking_uri(tracking_uri)
+    client = layout.connect(uri)
     root = search_root(storage_path, spec.name)
     check_writable(root)
     with search_lock(root, spec.name):
@@ -134,7 +138,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         reopen_parent(client, parent_id)
         if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
             search_dir.write_state({**search_dir.read_state(), "trials": total})
-            client.set_tag(parent_id, t.TAG_TRIALS, str(total))
+            client.set_tag(parent_id, layout.TAG_TRIALS, str(total))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
@@ -142,14 +146,15 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         outbox = _outbox(client, search_dir, spec, console)
     # read now: from here to the end of the trials a new search needs no answer from the tracking store
     parent_run = client.get_run(parent_id)
-    print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, target {spec.resolved_target.describe()}, "
-          f"budget {spec.budget.max_train_seconds:g} s per trial", file=console, flush=True)
+    print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, "
+          f"target {spec.resolved_target.describe()}, budget {spec.budget.max_train_seconds:g} s per trial",
+          file=console, flush=True)
 
     previous_sigint = signal.getsignal(signal.SIGINT)
     previous_sigterm = sigterm_as_sigint()
     outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
     # a resumed search adds to what its earlier sessions spent exploring
-    explored_seconds = parent_run.data.metrics.get(t.M_EXPLORATION_SECONDS, 0.0)
+    explored_seconds = parent_run.data.metrics.get(layout.M_EXPLORATION_SECONDS, 0.0)
     try:
         explore_start = time.perf_counter()
         outcome.phase_seconds["start-up (data, Ray, tracking)"] = explore_start - wall_start
@@ -161,8 +166,8 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
             raise Interrupted(halt)
         explored_seconds += time.perf_counter() - explore_start
         outcome.phase_seconds["probe and trials"] = time.perf_counter() - explore_start
-        with t.interrupts_held():
-            t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_SECONDS: explored_seconds}))
+        with layout.interrupts_held():
+            layout.log_batch(client, parent_id, layout.metrics({layout.M_EXPLORATION_SECONDS: explored_seconds}))
         if previous_sigterm is not None:  # on the main thread, where handlers can be set
             # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
             signal.signal(signal.SIGINT, previous_sigint)
@@ -233,7 +238,8 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
         return spec
     if spec.most_workers()[0] > 1:  # the probe times one process's steps; a data-parallel recipe needs its group
         print(f"probe: skipped for data-parallel trials ('{spec.most_workers()[1]}' asks for "
-              f"{spec.most_workers()[0]} workers); their systems knobs are left to the trials", file=console, flush=True)
+              f"{spec.most_workers()[0]} workers); their systems knobs are left to the trials", file=console,
+              flush=True)
         return spec
     if is_script(spec.workload):  # the probe times steps of a built-in workload's loop, which a script owns
         print("probe: skipped for a script (it owns its training step); its systems knobs are left to the trials",
@@ -346,7 +352,7 @@ def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_secon
     """Once a baseline run's cost is known: the probe and trials' wall seconds in baseline runs, printed on a line
     of its own and logged on the parent. A baseline run = its confirmation runs' median wall to target (process
     start to target, as the exploration's seconds are wall seconds), or the given confirm.baseline_tta_seconds."""
-    measured = client.get_run(parent_id).data.metrics.get(t.M_CONFIRM_BASELINE_WALL_MEDIAN)
+    measured = client.get_run(parent_id).data.metrics.get(layout.M_CONFIRM_BASELINE_WALL_MEDIAN)
     base, what = ((measured, "its median wall to target") if measured
                   else (spec.confirm.baseline_tta_seconds, "its given TTA"))
     if not base:
@@ -354,8 +360,8 @@ def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_secon
     runs_ = explored_seconds / base
     print(f"exploration: {explored_seconds:.1f} s wall (probe and trials) = {runs_:.2f} baseline runs "
           f"({what}, {base:.1f} s)", file=console, flush=True)
-    with t.interrupts_held():
-        t.log_batch(client, parent_id, t.metrics({t.M_EXPLORATION_BASELINE_RUNS: runs_}))
+    with layout.interrupts_held():
+        layout.log_batch(client, parent_id, layout.metrics({layout.M_EXPLORATION_BASELINE_RUNS: runs_}))
 
 
 def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, outbox, console) -> None:
@@ -397,7 +403,7 @@ def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent
 
     # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
     path, _ = export(client, name, search_dir.best_yaml, search_id)
-    with t.interrupts_held():
+    with layout.interrupts_held():
         client.log_artifact(parent_id, str(path))
     return path
 

@@ -13,15 +13,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autospeed.train import script_channel
-from autospeed.train.script_options import is_script
+from autospeed.outcome import Status
+from autospeed.script import channel
+from autospeed.script.options import is_script
 from autospeed.search.curve import TrialCurve, cap_seconds
 from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
-from autospeed.track.layout import METRIC_NAMES
-from autospeed.outcome import Status
 from autospeed.space import SearchSpec
+from autospeed.track.layout import METRIC_NAMES
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
 
@@ -93,7 +93,8 @@ class TrialReports:
             "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
             "wall_to_target_seconds": r.wall_to_target_seconds, "wall_clock_origin": r.wall_clock_origin,
             "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
-            "error": r.error or "", "stderr_tail": r.stderr_tail or "", "applied": json.dumps(r.applied), "node": self.where,
+            "error": r.error or "", "stderr_tail": r.stderr_tail or "", "applied": json.dumps(r.applied),
+            "node": self.where,
             "environment": json.dumps({**r.environment, "node": self.where}),
             # micro_batch_size auto: the recipe.yaml that confirmation and export read pins the micro-batch that fit
             "recipe_yaml": pin_micro_batch(self.recipe, r.applied).to_yaml(), "recipe_key": self.key,
@@ -114,7 +115,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         tune.report(done)
         return
 
-    from autospeed.train.trainer import train
+    from autospeed.run_recipe import train
     from autospeed.workloads import load_workload_once
 
     where = node()
@@ -137,7 +138,7 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
 
     reports = TrialReports(recipe, key, where, spec.predict.model_dump(), cap_seconds(spec), pool)
     if spec.script_workdir:  # a script starts where the search started, not in this trial's folder (Ray's cwd)
-        os.environ[script_channel.WORKDIR] = spec.script_workdir
+        os.environ[channel.WORKDIR] = spec.script_workdir
     workload = load_workload_once(recipe.workload, recipe.workload_options)  # reused actors load it once
 
     early_stop = spec.predict.enabled and spec.predict.early_stop  # the ledger is read only then

@@ -75,3 +75,11 @@ class Replicas:
         box = [obj]
         dist.broadcast_object_list(box, src=0, group=self.host_group)
         return box[0]
+
+
+def ddp_of(model: nn.Module) -> DistributedDataParallel | None:
+    """The DistributedDataParallel module a training model is (also under torch.compile, which wraps it), or None.
+    Its `require_backward_grad_sync` (what DDP's no_sync() sets) says whether the next micro-batch's backward
+    all-reduces the gradients: only a step's last one need, under accumulation."""
+    model = getattr(model, "_orig_mod", model)
+    return model if isinstance(model, DistributedDataParallel) else None

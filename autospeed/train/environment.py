@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-import autospeed
+from autospeed._version import installed_version
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +39,7 @@ def environment(device: torch.device | str | None = None) -> dict[str, Any]:
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "driver": _driver_version() if cuda else None,
-        "autospeed": autospeed.__version__,
+        "autospeed": installed_version(),
         "platform": platform.platform(),
         "node": node_name(),
     }

@@ -7,11 +7,12 @@ in the driver against 13.6 s as trial 0 of the same search (in a Ray worker), on
 machine. So confirmation runs, like trials and like a production `autospeed train`, train in a
 process that does nothing else:
 
-* `train_in_fresh_process`: a new (spawned) process per run, as `autospeed train --config best.yaml`
-  is. Its cold start (on a GPU: CUDA context, cuDNN/cuBLAS handles, kernel loading, 1.0 s against 0.01 s
-  warm on an H100, experiments/results/gpu/cold_start_gpu.md) is on the run's train clock, and its
-  interpreter start, imports and data loading are in its `wall_to_target_seconds`, which counts from
-  the process's start (autospeed.train.result). The process is not a daemon: its DataLoader may start
+* `in_fresh_process`: a new (spawned) process per run, as `autospeed train --config best.yaml` is
+  (autospeed.run_recipe.train_in_fresh_process trains a recipe in one). Its cold start (on a GPU: CUDA
+  context, cuDNN/cuBLAS handles, kernel loading, 1.0 s against 0.01 s warm on an H100,
+  experiments/results/gpu/cold_start_gpu.md) is on the run's train clock, and its interpreter start, imports
+  and data loading are in its `wall_to_target_seconds`, which counts from the process's start
+  (autospeed.train.result). The process is not a daemon: its DataLoader may start
   worker processes, which a daemonic process may not (a multiprocessing.Pool worker failed every such run).
 * Its compile from an empty inductor cache (`compile_cache="cold"`, confirmation's default: the space file's
   `confirm.compile_cache`): the process gets a new empty TORCHINDUCTOR_CACHE_DIR of its own (and TRITON_CACHE_DIR
@@ -19,7 +20,7 @@ process that does nothing else:
   near-free one of graphs an earlier run on this machine left in the shared folder (TTA 3.71 s warm against
   15.84 s on a new machine, experiments/results/cold_start_cache_cpu.md). `warm` keeps the inherited folder.
 
-This module imports the trainer only (no Ray, MLflow or Optuna), so neither does the process.
+This module imports no Ray, MLflow or Optuna, and neither does the process.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import shutil
 import signal
 import tempfile
 
-from autospeed.recipe import Recipe
-
 COLD, WARM = "cold", "warm"  # the inductor cache a fresh process compiles from: empty and its own, or inherited
 
 
@@ -39,18 +38,6 @@ def _ignore_ctrl_c() -> None:
     """In the training process: Ctrl-C reaches the whole process group, but the driver decides what it
     means (it ends its runs as KILLED and then terminates this process), so no second traceback here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None):
-    from autospeed.train.trainer import train
-    from autospeed.workloads import load_workload_once
-
-    result = train(recipe, load_workload_once(recipe.workload, recipe.workload_options), num_threads=threads)
-    if compile_cache_to is not None and result.applied.get("compile", "none") != "none":
-        from autospeed.train import compile_cache
-
-        compile_cache.save(compile_cache_to)  # what this process compiled: this recipe's graphs only
-    return result
 
 
 def _run_and_send(send, fn, args, inductor_cache_dir: str | None = None) -> None:
@@ -118,12 +105,3 @@ def _in_fresh_process(fn, args, inductor_cache_dir: str | None):
     if kind == "error":
         raise value
     return value
-
-
-def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None,
-                           compile_cache: str = COLD):
-    """`train(recipe)` in a new (spawned) process: the cold start a production run pays is on its clock, and by
-    default (`compile_cache="cold"`) the compile from an empty inductor cache a new machine pays. With
-    `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that file (the winner's is
-    exported beside best.yaml)."""
-    return in_fresh_process(_train_here, recipe, threads, compile_cache_to, compile_cache=compile_cache)

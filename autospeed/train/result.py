@@ -91,7 +91,8 @@ class TrainResult:
     # seconds from `wall_clock_origin` to the end of the evaluation that met the target (None unless reached)
     wall_to_target_seconds: float | None = None
     wall_clock_origin: str = "train() entry"  # PROCESS_START or TRAIN_ENTRY (module docstring)
-    stderr_tail: str | None = None  # a user's script that failed: the last lines of its stderr (autospeed.train.script_run)
+    # a user's script that failed: the last lines of its stderr (autospeed.script.runner)
+    stderr_tail: str | None = None
     # over the whole train clock, like samples_per_second, where the workload counts them (autospeed.train.throughput)
     tokens_per_second: float | None = None
     mfu: float | None = None  # model FLOPs utilisation: a fraction of the device's dense bf16 peak

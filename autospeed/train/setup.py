@@ -57,7 +57,14 @@ def set_backend_knobs(recipe: Recipe, device: torch.device, applied: dict[str, A
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The dtype autocast runs `precision` in; None where it runs without autocast (fp32, tf32)."""
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def autocast_name(precision: str) -> str:
+    """`applied["autocast"]` for `precision`: its autocast dtype's name (bfloat16, float16), or none."""
+    dtype = autocast_dtype(precision)
+    return "none" if dtype is None else str(dtype).removeprefix("torch.")
 
 
 # Compile modes that capture CUDA graphs, and the same mode without them. CUDA graphs cannot accumulate

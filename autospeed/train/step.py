@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from autospeed.train.setup import AttentionKnob, autocast_dtype
+from autospeed.train.setup import AttentionKnob, autocast_dtype, autocast_name
 
 
 class Clock:
@@ -55,7 +55,7 @@ def forward_context(recipe, device: torch.device, applied: dict[str, Any]) -> tu
     `evaluation()` context the evaluation uses."""
     dtype = autocast_dtype(recipe.precision)
     attention = AttentionKnob(recipe, device, dtype, applied)
-    applied["autocast"] = {"bf16": "bfloat16", "fp16": "float16"}.get(recipe.precision, "none")
+    applied["autocast"] = autocast_name(recipe.precision)
     if dtype is None and not attention.pinned:
         return contextlib.nullcontext, attention
     if not attention.pinned:

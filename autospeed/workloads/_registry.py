@@ -87,7 +87,7 @@ def load_workload_once(spec: str, options: dict[str, Any] | None = None) -> Work
     """`load_workload`, kept for this process's next call with the same name and options: a process that
     trains one workload again and again (a Ray trial actor, a probe worker, confirmation's process) loads
     it once. Only the last one is kept."""
-    if spec == "script":  # a user's own script is no Workload: it runs as a process (autospeed.train.script_run)
+    if spec == "script":  # a user's own script is no Workload: it runs as a process (autospeed.script.runner)
         return None
     key = json.dumps([spec, options or {}], sort_keys=True)
     if key not in _LAST:

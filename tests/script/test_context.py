@@ -1,5 +1,5 @@
 """A user's own training script, run by autospeed (`train(recipe)` with `workload: script`, which starts the
-script as a subprocess: autospeed.train.script_run) and on its own (`python tiny_train.py`).
+script as a subprocess: autospeed.script.runner) and on its own (`python tiny_train.py`).
 
 The knobs are checked where they must act: inside the script's loop, through what the tiny script
 (tests/script/conftest.py) observes there (--observe: one JSON line per optimizer step), not through what
@@ -20,7 +20,7 @@ import torch
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.train.trainer import train
+from autospeed.run_recipe import train
 
 SAMPLES = 128  # training samples: 4 optimizer steps an epoch at batch_size 32
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autospeed.train import script_channel as channel
+from autospeed.script import channel
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERATION_LOOP = ROOT / "examples" / "iteration_loop"

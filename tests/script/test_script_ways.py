@@ -16,8 +16,8 @@ from torch import nn
 
 import autospeed
 from autospeed.recipe import Recipe
+from autospeed.script import channel
 from autospeed.script.context import Context, script_recipe
-from autospeed.train import script_channel as channel
 
 
 @pytest.fixture(autouse=True)
@@ -197,11 +197,12 @@ def test_a_searched_baseline_is_the_scripts_own_defaults_and_runs_where_the_sear
     trial changes only what the space searches. Every run of the script starts in the folder the search
     started from, wherever the process that runs it stands (a Ray trial's is its trial folder), so its
     relative paths hold."""
-    from autospeed.script.preflight import check_script_reads
-    from autospeed.space import SearchSpec, spec_from_dict
-    from autospeed.train.trainer import train
     import io
     import json
+
+    from autospeed.run_recipe import train
+    from autospeed.script.preflight import check_script_reads
+    from autospeed.space import SearchSpec, spec_from_dict
 
     work = tmp_path / "work"
     work.mkdir()
@@ -253,7 +254,7 @@ def test_step_with_batches_from_a_function_or_inside_accumulate():
     for shape in ("steps", "accumulate"):
         ctx = script_context(accumulation_steps=2)
         model = nn.Linear(4, 1)
-        opt = ctx.optimizer(torch.optim.SGD, model.parameters(), lr=0.1)
+        ctx.optimizer(torch.optim.SGD, model.parameters(), lr=0.1)
         stepped = []
         batches = ctx.steps(get_batch) if shape == "steps" else (get_batch() for _ in range(6))
         for i, (x, y) in enumerate(batches):

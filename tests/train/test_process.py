@@ -9,7 +9,8 @@ import pydantic
 import pytest
 
 from autospeed.recipe import Recipe
-from autospeed.train.process import in_fresh_process, train_in_fresh_process
+from autospeed.run_recipe import train_in_fresh_process
+from autospeed.train.process import in_fresh_process
 
 # Digits reaches 0.95 in 2-3 epochs, in well under a second.
 REACHES = dict(workload="digits", target_accuracy=0.95, max_train_seconds=30, epochs=5, eval_every_epochs=1,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from autospeed.recipe import Recipe
-from autospeed.train.process import train_in_fresh_process
+from autospeed.run_recipe import train_in_fresh_process
 from autospeed.train.result import PROCESS_START, TRAIN_ENTRY
 from autospeed.train.trainer import train
 from autospeed.workloads import CACHE_ENV, load_workload

@@ -4,7 +4,7 @@
 The script runs in processes of its own (`python SCRIPT ARGS`, one per data-parallel worker, started
 torchrun-style with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT); its knob context
 (autospeed.script.context) reads the recipe from the environment and sends each evaluation here
-(autospeed.train.script_channel). Each one goes to `on_eval`, whose answer (stop or go on) goes back, exactly
+(autospeed.script.channel). Each one goes to `on_eval`, whose answer (stop or go on) goes back, exactly
 as the built-in trainer calls it; the run's result comes back at its end. So a trial, a confirmation
 run and `autospeed train --script` treat a script like a built-in workload.
 
@@ -36,8 +36,8 @@ import time
 from typing import Any, Callable
 
 from autospeed.outcome import Status, objective
-from autospeed.train import script_channel as channel
-from autospeed.train.script_options import DEFAULT_AFTER_RESULT_SECONDS, DEFAULT_GRACE_SECONDS
+from autospeed.script import channel
+from autospeed.script.options import DEFAULT_AFTER_RESULT_SECONDS, DEFAULT_GRACE_SECONDS
 from autospeed.train.batch import micro_batch_sizes
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 

@@ -1,5 +1,5 @@
 """The line protocol between a user's script (autospeed.script.context) and the process that runs it
-(autospeed.train.script_run). Standard library only.
+(autospeed.script.runner). Standard library only.
 
 The runner starts the script with these environment variables; a script started without them runs on
 its own defaults (no autospeed around it).
