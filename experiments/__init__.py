@@ -257,7 +257,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "neutrality", "neutrality.py",
         "E1 (issue 43): the maths-neutrality check on systems variants and maths-changing controls (10 reps), and "
         "each variant's TTA predicted from the probe's throughput against 3 full runs (digits, CPU)",
-        runs=(_r("--out", f"{RESULTS}/neutrality.md", writes=("neutrality.md",)),),
+        runs=(_r("--exclusive", "--out", f"{RESULTS}/neutrality.md", writes=("neutrality.md",)),),
         quick=("--reps", "1", "--steps", "40", "--rounds", "2", "--probe-warmup-steps", "1", "--probe-steps", "3",
                "--seeds", "1", "--target", "0.8", "--variants", "optimizer_impl=foreach", "--threads", "1",
                "--out", "{out}/neutrality.md"),
