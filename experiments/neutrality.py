@@ -125,10 +125,12 @@ def report(found, verdicts, runs, args, seconds: float) -> str:
 
     lines = [f"Baseline: digits' conv net, SGD lr {BASELINE['lr']}, batch {BASELINE['batch_size']}, constant LR, "
              f"fp32, to {BASELINE['target_accuracy']:.0%} validation accuracy (evaluated every "
-             f"{BASELINE['eval_every_epochs']} epoch); {args.threads} torch threads, all in one process. The machine "
-             f"was shared: other engineers ran their test suites at the same time (the CPU lock held "
-             f"{'exclusively' if args.exclusive else 'shared, as theirs'}; load averages above), so every timing "
-             f"here is noisier than on a quiet machine. Whole run: {seconds / 60:.1f} minutes.", ""]
+             f"{BASELINE['eval_every_epochs']} epoch); {args.threads} torch threads, all in one process. "
+             + ("The CPU lock was held exclusively: no test or other benchmark ran beside it (load averages above). "
+                if args.exclusive else
+                "The CPU lock was held shared: tests and other benchmarks may have run beside it (load averages "
+                "above), so every timing here is noisier than on a quiet machine. ")
+             + f"Whole run: {seconds / 60:.1f} minutes.", ""]
     # (a)
     lines += [f"## (a) The maths-neutrality check, {args.reps} reps", "",
               f"Each rep: the baseline at seed 100 + 2 x rep and its reference at the next seed (the band), each "
