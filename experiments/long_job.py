@@ -199,7 +199,7 @@ def quality_lines(data: dict) -> list[str]:
 
 # ---------------------------------------------------------------- (b) payback
 def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
-    from autospeed.track import layout as t
+    from autospeed.track import layout
     from autospeed.track import runs
     from autospeed.space import load_spec
 
@@ -211,7 +211,7 @@ def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Pat
             variant = write_space_variant(space, [f"sampler.seed={seed}", f"predict.enabled={str(predict).lower()}",
                                                   "confirm.repeats=0"], name, work)
             run = search_and_export(variant, work, name, exclusive=True)
-            client = t.connect(run.tracking_uri)
+            client = layout.connect(run.tracking_uri)
             rows = runs.trial_rows(client, runs.find_parent(client, name))
             best = next(r for r in runs.ranked(rows) if not r.baseline)
             searches.append({"name": name, "seed": seed, "predict": predict, "wall_seconds": run.wall_seconds,

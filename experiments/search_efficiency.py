@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, cpu_lock, provenance, results_header, shown, write_results  # noqa: E402
 
-from autospeed.track import layout as t  # noqa: E402
+from autospeed.track import layout  # noqa: E402
 from autospeed.search import run_search  # noqa: E402
 from autospeed.space import spec_from_dict  # noqa: E402
 from autospeed.train.trainer import train  # noqa: E402
@@ -160,10 +160,10 @@ def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str,
         out = run_search(spec, json.dumps(data), "space.json", trials=trials, tracking_uri=uri,
                          storage_path=str(work / "runs"), seed=seed, console=quiet)
     rows = sorted(out.rows, key=lambda r: r.start_ms)
-    probe_seconds = t.connect(uri).get_run(out.parent_run_id).data.metrics.get(t.M_PROBE_SECONDS, 0.0)
+    probe_seconds = layout.connect(uri).get_run(out.parent_run_id).data.metrics.get(layout.M_PROBE_SECONDS, 0.0)
     compute, curve, found_at, best_true = probe_seconds, [], None, math.inf
     for r in rows:
-        compute += r.metrics.get(t.M_TRAIN_SECONDS, 0.0)
+        compute += r.metrics.get(layout.M_TRAIN_SECONDS, 0.0)
         true = truth[key(BASE["baseline"] if r.baseline else r.params)]
         if r.reached:
             best_true = min(best_true, true)

@@ -28,7 +28,7 @@ from autospeed.show.report.data import SearchData, collect, experiment_dir
 from autospeed.show.report.figures import (plot_ablation, plot_confirm, plot_curves, plot_importance, plot_predicted,
                                            plot_probes, plot_tradeoff, plot_tta)
 from autospeed.show.report.page import render_html
-from autospeed.track import layout as t
+from autospeed.track import layout
 from autospeed.track import runs as res
 from autospeed.yamlio import write_atomic
 
@@ -82,7 +82,7 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
     if d.ablation:
-        figures["ablation"] = (plot_ablation(d, d.parent.data.metrics.get(t.M_CONFIRM_SPEEDUP), out / "ablation.png"),
+        figures["ablation"] = (plot_ablation(d, d.parent.data.metrics.get(layout.M_CONFIRM_SPEEDUP), out / "ablation.png"),
                                "Why it is faster: the winner re-timed with each knob that differs from the baseline "
                                "set back to the baseline's value, one at a time, in fresh processes beside the winner "
                                "itself (same seeds); the share is log(lost) / log(confirmed speed-up)")
