@@ -259,8 +259,7 @@ def search_compute(tracking_uri: str, name: str) -> dict[str, dict[str, float]]:
     and the train-clock and wall seconds they recorded (`train_seconds`, `wall_seconds`; a kind whose
     runs record neither shows 0). For probes, whose runs record neither, wall is the whole probe stage's
     (the parent's `probe_seconds`)."""
-    from autospeed.track import runs
-    from autospeed.track import layout
+    from autospeed.track import layout, runs
 
     client = layout.connect(tracking_uri)
     out: dict[str, dict[str, float]] = {}

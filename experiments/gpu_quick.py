@@ -45,8 +45,6 @@ import tarfile
 import time
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, provenance, results_header, write_results, write_space_variant  # noqa: E402
 

@@ -35,8 +35,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (RESULTS, cpu_lock, describe_runs, provenance, quick, results_header,  # noqa: E402
-                     search_and_export, shown, time_interleaved, write_results, write_space_variant)
+from _common import (  # noqa: E402
+    RESULTS,
+    cpu_lock,
+    describe_runs,
+    provenance,
+    quick,
+    results_header,
+    search_and_export,
+    shown,
+    time_interleaved,
+    write_results,
+    write_space_variant,
+)
 
 SPACE = "search_spaces/long.yaml"
 CUTS = (0.1, 0.25, 0.5)
@@ -199,9 +210,8 @@ def quality_lines(data: dict) -> list[str]:
 
 # ---------------------------------------------------------------- (b) payback
 def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
-    from autospeed.track import layout
-    from autospeed.track import runs
     from autospeed.space import load_spec
+    from autospeed.track import layout, runs
 
     spec = load_spec(space)
     searches = []

@@ -27,8 +27,8 @@ from autospeed.workloads import load_workload  # noqa: E402
 
 
 def search_gaps(uri: str, name: str, top: int = 5) -> list[tuple[str, float]]:
-    from autospeed.track import runs as res
     from autospeed.track import layout
+    from autospeed.track import runs as res
 
     client = layout.connect(uri)
     rows = [r for r in res.ranked(res.trial_rows(client, res.find_parent(client, name))) if r.reached][:top]

@@ -46,9 +46,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, cpu_lock, provenance, results_header, shown, write_results  # noqa: E402
 
-from autospeed.track import layout  # noqa: E402
 from autospeed.search import run_search  # noqa: E402
 from autospeed.space import spec_from_dict  # noqa: E402
+from autospeed.track import layout  # noqa: E402
 from autospeed.train.trainer import train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 

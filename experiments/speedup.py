@@ -32,8 +32,19 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, ROOT, add_timing_arguments, describe_runs, provenance, results_header,  # noqa: E402
-                     roomier_baseline, search_and_export, shown, time_interleaved, write_results)
+from _common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    add_timing_arguments,
+    describe_runs,
+    provenance,
+    results_header,
+    roomier_baseline,
+    search_and_export,
+    shown,
+    time_interleaved,
+    write_results,
+)
 
 from autospeed.outcome import interval_note, median_tta, speedup_interval  # noqa: E402
 from autospeed.recipe import load_recipe  # noqa: E402

@@ -35,11 +35,11 @@ from typing import Any
 
 import pydantic
 
-from autospeed.track import layout
 from autospeed.recipe import Recipe
 from autospeed.search.confirm import SEED_OFFSET, Candidate, describe, train_and_log
 from autospeed.search.confirm_ledger import RunLedger
 from autospeed.space import SearchSpec
+from autospeed.track import layout
 
 NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
                              "epochs", "eval_every_epochs", "seed", "device", "measured"})

@@ -41,20 +41,27 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from autospeed.track import runs as res
-from autospeed.track import layout
-from autospeed.outcome import (REMEASURE_RUNS, Status, interval_note, is_infeasible, median_tta,
-                               remeasure_interval, sequential_confidence, speedup_interval)
+from autospeed.outcome import (
+    REMEASURE_RUNS,
+    Status,
+    interval_note,
+    is_infeasible,
+    median_tta,
+    remeasure_interval,
+    sequential_confidence,
+    speedup_interval,
+)
 from autospeed.recipe import Recipe, load_recipe
-from autospeed.search._ray import stop_ray
-from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
-from autospeed.space import SearchSpec
-from autospeed.script.options import is_script
-from autospeed.search.confirm_ledger import RunLedger
-from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
 from autospeed.run_recipe import train_in_fresh_process
-from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
-                                         format_interval)
+from autospeed.script.options import is_script
+from autospeed.search._ray import stop_ray
+from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
+from autospeed.search.confirm_ledger import RunLedger
+from autospeed.search.confirm_text import CONFIDENCE, compute_line, describe, format_confirmation, format_interval  # noqa: F401
+from autospeed.space import SearchSpec
+from autospeed.track import layout
+from autospeed.track import runs as res
+from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 

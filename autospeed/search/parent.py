@@ -11,8 +11,7 @@ from typing import Any
 from autospeed.outcome import Status
 from autospeed.search.storage import SearchDir
 from autospeed.space import SearchSpec
-from autospeed.track import layout
-from autospeed.track import runs
+from autospeed.track import layout, runs
 
 
 def open_parent(client, spec: SearchSpec, space_text: str, space_path: str, search_id: str, search_dir: SearchDir,

@@ -72,12 +72,38 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from autospeed.search.probe_decide import (FAILED, MATHS_NEUTRAL, OK, OOM, STEP_COST_MATHS, Cells, Decision,  # noqa: F401
-                                           Probe, Verdict, _active, _key, base_noise, batch_sizes, by_batch,
-                                           combination, configurations, fastest, maths_combinations, maths_label, noise_text,
-                                           micro_batch_for, narrowed, repaid, summary, systems_knobs, timings,
-                                           verdict, wants_probe)
-from autospeed.search.neutrality import Neutrality, check as check_neutrality
+from autospeed.search.neutrality import Neutrality
+from autospeed.search.neutrality import check as check_neutrality
+from autospeed.search.probe_decide import (  # noqa: F401
+    FAILED,
+    MATHS_NEUTRAL,
+    OK,
+    OOM,
+    STEP_COST_MATHS,
+    Cells,
+    Decision,
+    Probe,
+    Verdict,
+    _active,
+    _key,
+    base_noise,
+    batch_sizes,
+    by_batch,
+    combination,
+    configurations,
+    fastest,
+    maths_combinations,
+    maths_label,
+    micro_batch_for,
+    narrowed,
+    noise_text,
+    repaid,
+    summary,
+    systems_knobs,
+    timings,
+    verdict,
+    wants_probe,
+)
 from autospeed.show.live import probe_line
 from autospeed.space import SearchSpec
 from autospeed.track import layout
@@ -192,8 +218,8 @@ def neutrality_config(spec_json: str, base: dict[str, Any], changes: list[dict[s
 def _probe_recipe(spec: SearchSpec, config: dict[str, Any], maths: dict[str, Any], batch_size: int, workload):
     """The search's recipe with this configuration, maths and batch size, run for warmup + steps optimizer
     steps with an evaluation after each (to read the clock) and a target it cannot meet (only steps end it)."""
-    from autospeed.train.data import dataset_length
     from autospeed.recipe import Target
+    from autospeed.train.data import dataset_length
 
     n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)
     steps_per_epoch = n // batch_size

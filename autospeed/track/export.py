@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autospeed.outcome import is_infeasible
-from autospeed.track import runs as res
-from autospeed.track import layout
 from autospeed.errors import RunFailure
+from autospeed.outcome import is_infeasible
 from autospeed.recipe import CompileCost, Measured, load_recipe
+from autospeed.track import layout
+from autospeed.track import runs as res
 from autospeed.track.trajectory import trajectory_of
 from autospeed.yamlio import atomic_path, write_atomic
 

@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autospeed.track import layout
 from autospeed.errors import RunFailure
 from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
 from autospeed.predict import format_predicted
 from autospeed.recipe import Target, target_from
+from autospeed.track import layout
 
 # the note of a trial in a search without `predict` (autospeed/search/curve.py): nothing to say about it
 PREDICT_OFF_NOTE = layout.TTA_NOTE_PREDICT_OFF

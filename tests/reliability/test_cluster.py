@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import free_port, Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
+from .conftest import Gate, autospeed, cli_env, error_lines, free_port, sigkill_with_state_whole, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

@@ -13,11 +13,10 @@ import sys
 import pytest
 import yaml
 
-from autospeed.track import layout
 from autospeed.outcome import sequential_confidence
 from autospeed.recipe import Recipe
 from autospeed.search.confirm import Candidate, _decide
-
+from autospeed.track import layout
 
 REPEATS, TOP_K = 3, 1  # the shared search's confirm section (tests/conftest.py)
 
@@ -172,10 +171,10 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
     records the speed-up lost as the ratio of those medians."""
     from mlflow.tracking import MlflowClient
 
+    from autospeed.recipe import Measured
     from autospeed.search.ablation import knobs_to_ablate, run_ablation, variants
     from autospeed.space import SearchSpec
     from autospeed.track.export import _add_ablation
-    from autospeed.recipe import Measured
 
     write_plugin("pid_plugin", PID_PLUGIN)
     out = tmp_path / "pids.txt"

@@ -16,6 +16,7 @@ from autospeed.search.confirm import Candidate, _decide, run_confirmation
 from autospeed.search.confirm_fewest import FEWEST, ONE, confirm_fewest, search_bound_seconds
 from autospeed.search.confirm_text import format_confirmation, summary_lines
 from autospeed.track import layout
+
 from .test_confirm_long import NONE_REACHED, PRODUCTION_SECONDS, confirm_runs, long_spec, make_search
 
 

@@ -25,6 +25,7 @@ from autospeed.space import spec_from_dict
 
 from .test_run import autospeed, runs_of
 
+
 def search(folder: Path, space: dict, plugin: str) -> tuple:
     (folder / "probe_plugin.py").write_text(plugin)
     path = folder / "space.yaml"

@@ -110,8 +110,8 @@ def test_report_writes_a_self_contained_page_and_figures_and_logs_them(store, cl
 def test_a_search_before_round_3_that_carried_the_baseline_trial_into_confirmation_reads_the_same(store):
     """Until round 3 confirm.py counted the baseline's own trial as its first confirmation sample (parent tag);
     the report still reads such a search as it was confirmed. New searches never carry (tests/search)."""
-    from autospeed.track import layout
     from autospeed.show.report import collect
+    from autospeed.track import layout
 
     base = next(c for c in collect(store.client, "demo").confirmed if c.baseline)
     assert sorted(base.ttas) == [5.8, 6.1]
@@ -179,8 +179,8 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
 def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cli_in_process):
     """docs/design.md "Tracking layout": every run records its node; a search whose trials ran on
     more than one node (or device) says so, with a node column, in both tables."""
-    from autospeed.track import runs as res
     from autospeed.track import layout
+    from autospeed.track import runs as res
 
     parent = res.find_parent(store.client, "demo")
     one, two = "host-a/" + "1" * 56, "host-a/" + "2" * 56  # one host, two Ray nodes
@@ -202,8 +202,8 @@ def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cl
 
 def test_report_draws_the_probes_with_their_ooms(store):
     """Probe runs written by the probe stage's own writer: a figure of samples/s per systems configuration."""
-    from autospeed.show import report
     from autospeed.search.probe import OK, OOM, Probe, _log
+    from autospeed.show import report
 
     exp_id = store.client.get_run(store.parent_id).info.experiment_id
     for i, (config, speeds) in enumerate([({"compile": "none"}, {64: 900.0, 512: None}),

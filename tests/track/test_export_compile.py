@@ -10,10 +10,9 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autospeed.outcome import Status
-from autospeed.recipe import Recipe
+from autospeed.recipe import Recipe, load_recipe
 from autospeed.search.confirm import Candidate, _decide, _log_parent
 from autospeed.track import layout
-from autospeed.recipe import load_recipe
 from autospeed.track.export import best_recipe_yaml, compile_lines
 
 CONFIRM_RUNS = [(1.2, 2.0), (1.5, 2.1), (1.1, 1.9)]  # the winner's (compile seconds, TTA) in its confirmation

@@ -6,8 +6,8 @@ import alembic.util
 import mlflow.store.db.utils as db_utils
 import pytest
 
-from autospeed.track import layout
 from autospeed.errors import RunFailure
+from autospeed.track import layout
 
 
 def test_a_store_migrated_by_another_process_at_the_same_moment_is_retried_not_unreachable(tmp_path, monkeypatch):

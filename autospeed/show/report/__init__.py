@@ -25,8 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autospeed.show.report.data import SearchData, collect, experiment_dir
-from autospeed.show.report.figures import (plot_ablation, plot_confirm, plot_curves, plot_importance, plot_predicted,
-                                           plot_probes, plot_tradeoff, plot_tta)
+from autospeed.show.report.figures import (
+    plot_ablation,
+    plot_confirm,
+    plot_curves,
+    plot_importance,
+    plot_predicted,
+    plot_probes,
+    plot_tradeoff,
+    plot_tta,
+)
 from autospeed.show.report.page import render_html
 from autospeed.track import layout
 from autospeed.track import runs as res

@@ -15,6 +15,7 @@ from autospeed.recipe import ACCURACY, Target, target_from
 from autospeed.track import layout
 from autospeed.track import runs as res
 
+
 @dataclass
 class Curve:
     train_seconds: list[float]
