@@ -111,5 +111,6 @@ def _client_and_parent(uri: str, name: str = "killed"):
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         return client, None
-    parents = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'")
+    parents = client.search_runs([experiment.experiment_id],
+                                 filter_string=f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'")
     return client, (parents[0] if parents else None)

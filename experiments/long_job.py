@@ -187,7 +187,8 @@ def quality_lines(data: dict) -> list[str]:
               "trial cut at a share of the run sees a curve that understates what the decay will do. Median "
               "|log(predicted / true)| and the median signed log ratio (positive: predicted too slow) over the "
               "recipes that reached and got a prediction, per schedule family.", "",
-              "| cut | family | recipes | predicted | median abs log | median signed log |", "|---|---|---|---|---|---|"]
+              "| cut | family | recipes | predicted | median abs log | median signed log |",
+              "|---|---|---|---|---|---|"]
     by_family = {"constant": [r for r in reached if r["schedule"] == "constant"],
                  "wsd": [r for r in reached if r["schedule"] == "wsd"],
                  "cosine": [r for r in decaying if r["tta_seconds"] is not None]}
@@ -276,7 +277,8 @@ def main() -> None:
     parser.add_argument("--recipes", type=int, default=20, help="random recipes besides the baseline")
     parser.add_argument("--decaying", type=int, default=5, help="of them, again with schedule: cosine")
     parser.add_argument("--seed", type=int, default=1, help="RandomSampler seed of the drawn recipes (seed 0's curves, "
-                        "experiments/results/long_job_curves_tuning.json, tuned the predictor: reported figures use others)")
+                        "experiments/results/long_job_curves_tuning.json, tuned the predictor: "
+                        "reported figures use others)")
     parser.add_argument("--full-seconds", type=float, default=FULL_SECONDS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="payback: sampler seeds")
     parser.add_argument("--repeats", type=int, default=5, help="payback: fresh-process runs per recipe")

@@ -212,10 +212,10 @@ def simulated_random(grid_truth: dict[str, float], first_trial_seconds: float, g
 
     The real random searches stop after --trials trials, so where they found nothing their compute to find is
     only a lower bound. Here every search draws recipes uniformly (as Optuna's RandomSampler does over the grid)
-    until it draws a near-best one it can train: the baseline first (`first_trial_seconds`), then each draw costs what it costs in a
-    random search (ASHA and probe off): its true TTA when it reaches the target, else the whole budget, and
-    nothing when its batch size is above the memory limit (out of memory at its first step: without the probe
-    nothing is micro-batched), which also means it can never be the one found; a recipe drawn again costs
+    until it draws a near-best one it can train: the baseline first (`first_trial_seconds`), then each draw costs
+    what it costs in a random search (ASHA and probe off): its true TTA when it reaches the target, else the whole
+    budget, and nothing when its batch size is above the memory limit (out of memory at its first step: without the
+    probe nothing is micro-batched), which also means it can never be the one found; a recipe drawn again costs
     nothing (a search takes its first result)."""
     import random
 
@@ -416,7 +416,8 @@ def main() -> None:
         lines += [
             f"Random search run until it finds one, simulated from the ground truth (`simulated_random`: "
             f"{searches:,} searches, each draw costing its true TTA, the budget when it misses, nothing when out of "
-            f"memory or drawn before): median compute to find **{sim_find:.1f} s**. Check of the model: a simulated {n_trials}-trial random "
+            f"memory or drawn before): median compute to find **{sim_find:.1f} s**. "
+            f"Check of the model: a simulated {n_trials}-trial random "
             f"search spends {sim_total:.1f} s (median), the real ones above "
             f"{statistics.median(r['total_compute'] for r in ref_runs):.1f} s.", "",
             f"**{CHALLENGER} / {REFERENCE} (simulated, uncensored): {ta / sim_find:.2f}** "

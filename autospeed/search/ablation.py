@@ -161,7 +161,8 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candi
                     c.record(kept)
                 else:
                     ledger.watch("the ablation")
-                    result = train_and_log(ledger, c, r, seed, layout.KIND_ABLATION, spec, {layout.TAG_ABLATION_KNOB: knob})
+                    result = train_and_log(ledger, c, r, seed, layout.KIND_ABLATION, spec,
+                                           {layout.TAG_ABLATION_KNOB: knob})
                 done += 1
                 print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}"
                       + (" (finished before the resume: kept)" if kept is not None else ""), file=console, flush=True)

@@ -407,8 +407,8 @@ def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: 
     values = {layout.M_CONFIRM_REPEATS: outcome.repeats, layout.M_CONFIRM_TRIALS: trials_total,
               layout.M_CONFIRM_CONFIDENCE: outcome.confidence}
     if w is not None and w.reached:
-        values.update({layout.M_CONFIRM_MEDIAN: w.median, layout.M_CONFIRM_MIN: min(w.reached), layout.M_CONFIRM_MAX: max(w.reached),
-                       layout.M_CONFIRM_WALL_MEDIAN: w.wall_median})
+        values.update({layout.M_CONFIRM_MEDIAN: w.median, layout.M_CONFIRM_MIN: min(w.reached),
+                       layout.M_CONFIRM_MAX: max(w.reached), layout.M_CONFIRM_WALL_MEDIAN: w.wall_median})
     given = outcome.baseline_given_seconds is not None
     if given:
         values[layout.M_CONFIRM_BASELINE_MEDIAN] = outcome.baseline_given_seconds

@@ -49,7 +49,8 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
     KILLED (or never ended) is not a sample."""
     runs = client.search_runs(
         [parent.info.experiment_id], max_results=5000,
-        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{layout.TAG_KIND}` = '{kind}' and "
+        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
+                      f"tags.`{layout.TAG_KIND}` = '{kind}' and "
                       f"tags.`{layout.TAG_CONFIRM_TRIALS}` = '{trials_total}' and attributes.status != 'RUNNING' and "
                       f"attributes.status != 'KILLED'")
     kept: dict[tuple[str, str, int], KeptResult] = {}
@@ -57,7 +58,8 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
         tags = run.data.tags
         if layout.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
             continue
-        key = (tags[layout.TAG_TRIAL_ID], tags.get(layout.TAG_ABLATION_KNOB, NO_KNOB), int(tags[layout.TAG_CONFIRM_REPEAT]))
+        key = (tags[layout.TAG_TRIAL_ID], tags.get(layout.TAG_ABLATION_KNOB, NO_KNOB),
+               int(tags[layout.TAG_CONFIRM_REPEAT]))
         kept[key] = KeptResult.of(run)
     return kept
 
@@ -75,8 +77,8 @@ class RunLedger:
         for kind in KINDS:  # a run a killed process left RUNNING: closed, trained again
             running = client.search_runs(
                 [parent.info.experiment_id], max_results=1000,
-                filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{layout.TAG_KIND}` = '{kind}' "
-                              f"and attributes.status = 'RUNNING'")
+                filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
+                              f"tags.`{layout.TAG_KIND}` = '{kind}' and attributes.status = 'RUNNING'")
             for run in running:
                 layout.mark_killed(self.out, run.info.run_id)
         self.kept = {kind: finished_runs(client, parent, kind, trials_total) for kind in KINDS}
@@ -89,9 +91,10 @@ class RunLedger:
         """Candidate `c`'s run of `repeat`, RUNNING, with its recipe's params; its id (local until sent)."""
         run = self.out.create_run(
             self.parent.info.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
-            tags={layout.TAG_PARENT: self.parent.info.run_id, layout.TAG_SEARCH_ID: self.search_id, layout.TAG_TRIAL_ID: c.trial_id,
-                  layout.TAG_KIND: kind, layout.TAG_BASELINE: str(c.baseline).lower(), layout.TAG_STATUS: Status.RUNNING.value,
-                  layout.TAG_CONFIRM_REPEAT: str(repeat), layout.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
+            tags={layout.TAG_PARENT: self.parent.info.run_id, layout.TAG_SEARCH_ID: self.search_id,
+                  layout.TAG_TRIAL_ID: c.trial_id, layout.TAG_KIND: kind, layout.TAG_BASELINE: str(c.baseline).lower(),
+                  layout.TAG_STATUS: Status.RUNNING.value, layout.TAG_CONFIRM_REPEAT: str(repeat),
+                  layout.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
         layout.log_batch(self.out, run.info.run_id, params=layout.recipe_params(recipe.training_fields()))
         return run.info.run_id
 

@@ -36,8 +36,8 @@ def parent_of(client, spec: SearchSpec, space_text: str, space_path: str, search
                                              f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'", max_results=1)
     parent_id = found[0].info.run_id if found else client.create_run(
         experiment, run_name=f"search-{search_id}",
-        tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: search_id, layout.TAG_EXPERIMENT_DIR: str(search_dir.path),
-              layout.TAG_TRIALS: str(state["trials"])}).info.run_id
+        tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: search_id,
+              layout.TAG_EXPERIMENT_DIR: str(search_dir.path), layout.TAG_TRIALS: str(state["trials"])}).info.run_id
     flat = {**flatten(state["spec"]), "trials": state["trials"], "sampler.seed": state["seed"]}
     layout.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
     client.log_text(parent_id, space_text, Path(space_path).name)

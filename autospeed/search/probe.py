@@ -365,9 +365,11 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
                        json.dumps({**decision.fixed, "micro_batch_size": decision.micro_batch_size}, sort_keys=True))
         client.set_tag(parent_id, layout.TAG_PROBE_MARGIN, decision.margin())
         if decision.neutrality:
-            client.set_tag(parent_id, layout.TAG_PROBE_NEUTRALITY, json.dumps(decision.neutrality_record(), sort_keys=True))
+            client.set_tag(parent_id, layout.TAG_PROBE_NEUTRALITY,
+                           json.dumps(decision.neutrality_record(), sort_keys=True))
         layout.log_batch(client, parent_id, layout.metrics({layout.M_PROBE_SECONDS: time.perf_counter() - started,
-                                                  layout.M_PROBE_SPEEDUP: decision.speedup, layout.M_PROBE_NOISE: noise}))
+                                                            layout.M_PROBE_SPEEDUP: decision.speedup,
+                                                            layout.M_PROBE_NOISE: noise}))
     return decision
 
 

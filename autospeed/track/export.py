@@ -191,7 +191,8 @@ def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, Compil
     with the shipped cache: `autospeed train` on a new machine does, and says how many graphs it found in it)."""
     runs = client.search_runs(
         [parent.info.experiment_id], max_results=5000,
-        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{layout.TAG_KIND}` = '{layout.KIND_CONFIRM}' "
+        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
+                      f"tags.`{layout.TAG_KIND}` = '{layout.KIND_CONFIRM}' "
                       f"and tags.`{layout.TAG_TRIAL_ID}` = '{trial_id}' and attributes.status != 'RUNNING' and "
                       f"attributes.status != 'KILLED'")
     trials = parent.data.metrics.get(layout.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
@@ -273,7 +274,8 @@ def speedup_lines(measured: Measured | None) -> list[str]:
     elif measured.speedup_ci_low is not None:
         interval = f", 90% interval from {measured.speedup_ci_low:.2f}x (unbounded above)"
     else:
-        interval = f", no interval: {'too few repeats for an interval' if (measured.repeats or 0) < 3 else 'too many missed targets'}"
+        why = "too few repeats for an interval" if (measured.repeats or 0) < 3 else "too many missed targets"
+        interval = f", no interval: {why}"
     lines = [f"speed-up over the baseline: {measured.speedup_vs_baseline:.2f}x on the train clock "
              f"(median of {measured.repeats} fresh-process runs each{interval})"]
     if measured.remeasure_speedup_low is not None and measured.remeasure_speedup_high is not None:

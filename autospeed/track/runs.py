@@ -288,8 +288,8 @@ def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
         acc = f"{r.best_value:.4f}" if r.best_value is not None else "-"
         vs = speedup_text(base, r)
         label = "baseline" if r.baseline else r.trial_id[-14:]
-        where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node" else f" {(r.device or '-')[:24]:<24}"
-                        for c in extra)
+        where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node"
+                        else f" {(r.device or '-')[:24]:<24}" for c in extra)
         lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13}  {ttas[r.run_id]:>{width}} {acc:>14} "
                      f"{vs:>8}{where}  {r.knobs()}")
     if any(r.predicted for r in shown):

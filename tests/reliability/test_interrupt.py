@@ -103,7 +103,8 @@ def _assert_interrupted(proc, d, victim_run_id):
     assert _parent(d).info.status == "KILLED"
     for t in trials.values():  # the leaderboard of what finished is printed
         if t.info.status == "FINISHED":
-            label = "baseline" if t.data.tags["autospeed.baseline"] == "true" else t.data.tags["autospeed.trial_id"][-14:]
+            baseline = t.data.tags["autospeed.baseline"] == "true"
+            label = "baseline" if baseline else t.data.tags["autospeed.trial_id"][-14:]
             assert label in proc.stdout
 
 

@@ -256,7 +256,8 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
     assert measured.ablation  # knob -> speed-up lost
     ablation = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{layout.TAG_KIND}` = 'ablation'")
     assert {r.data.tags[layout.TAG_ABLATION_KNOB] for r in ablation} == {*measured.ablation, "none"}
-    assert not any(r.data.tags.get(layout.TAG_KIND) == layout.KIND_ABLATION for r in searched.runs())  # the original: none
+    # the original search: no ablation run
+    assert not any(r.data.tags.get(layout.TAG_KIND) == layout.KIND_ABLATION for r in searched.runs())
 
 
 # ---------------------------------------------------------------- confirm.max_repeats

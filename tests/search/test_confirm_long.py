@@ -44,11 +44,13 @@ def long_spec(name: str, **confirm) -> SearchSpec:
 def make_search(client, spec: SearchSpec, trials: list[dict]):
     """A finished search's parent (its params as run.py logs them) and trial runs, none reached unless said."""
     exp = client.create_experiment(spec.name)
-    parent = client.create_run(exp, run_name="search-s1", tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
+    parent = client.create_run(exp, run_name="search-s1",
+                               tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
     flat = _flatten(spec.model_dump(mode="json"))
     layout.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
     for trial in trials:
-        source = (layout.TTA_MEASURED if trial.get("tta") else layout.TTA_PREDICTED if trial.get("predicted") else layout.TTA_NONE)
+        source = (layout.TTA_MEASURED if trial.get("tta")
+                  else layout.TTA_PREDICTED if trial.get("predicted") else layout.TTA_NONE)
         run = client.create_run(exp, tags={
             layout.TAG_PARENT: parent.info.run_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_KIND: layout.KIND_TRIAL,
             layout.TAG_TRIAL_ID: trial["id"], layout.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
@@ -56,7 +58,8 @@ def make_search(client, spec: SearchSpec, trials: list[dict]):
             layout.TAG_TTA_SOURCE: source})
         values = {layout.M_OBJECTIVE: trial["objective"], layout.M_TTA: trial.get("tta")}
         if trial.get("predicted"):
-            values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW], values[layout.M_TTA_PREDICTED_HIGH] = trial["predicted"]
+            (values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW],
+             values[layout.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
         layout.log_batch(client, run.info.run_id, layout.metrics(values))
         client.log_text(run.info.run_id, Recipe(**{**DIGITS, **trial.get("recipe", {})}).to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)
@@ -153,7 +156,8 @@ def test_a_given_baseline_tta_is_not_rerun_and_its_speedup_claims_no_interval(st
     assert outcome.interval_note == f"baseline TTA given ({note}), not measured here: no interval"
     parent_now = client.get_run(parent.info.run_id)
     m, tags = parent_now.data.metrics, parent_now.data.tags
-    assert m[layout.M_CONFIRM_BASELINE_MEDIAN] == 50.0 and m[layout.M_CONFIRM_SPEEDUP] == pytest.approx(50.0 / winner_tta)
+    assert m[layout.M_CONFIRM_BASELINE_MEDIAN] == 50.0
+    assert m[layout.M_CONFIRM_SPEEDUP] == pytest.approx(50.0 / winner_tta)
     assert layout.M_CONFIRM_SPEEDUP_CI_LOW not in m and layout.M_CONFIRM_BASELINE_WALL_MEDIAN not in m
     assert (tags[layout.TAG_CONFIRM_BASELINE_SOURCE], tags[layout.TAG_CONFIRM_BASELINE_NOTE]) == ("given", note)
     spent = run.data.metrics[layout.M_TRAIN_SECONDS]

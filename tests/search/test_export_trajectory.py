@@ -24,7 +24,8 @@ TRIAL_CURVE = [(0.5, 0.40), (1.0, 0.55), (1.5, 0.62), (2.0, 0.66)]  # (train sec
 
 def log_curve(client, run_id: str, curve) -> None:
     for step, (seconds, value) in enumerate(curve, start=1):
-        layout.log_batch(client, run_id, layout.metrics({layout.M_TRAIN_SECONDS: seconds, "val_accuracy": value}, step=step))
+        layout.log_batch(client, run_id,
+                         layout.metrics({layout.M_TRAIN_SECONDS: seconds, "val_accuracy": value}, step=step))
 
 
 def trial_run_id(client, parent, trial_id: str) -> str:

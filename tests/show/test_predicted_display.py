@@ -28,8 +28,8 @@ def _run(client, exp_id, parent_id, trial_id, status, curve, *, baseline=False, 
 
     from autospeed.track import layout
 
-    tags = {layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_TRIAL_ID: trial_id, layout.TAG_KIND: layout.KIND_TRIAL,
-            layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower()}
+    tags = {layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_TRIAL_ID: trial_id,
+            layout.TAG_KIND: layout.KIND_TRIAL, layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower()}
     if source is not None:
         tags[layout.TAG_TTA_SOURCE] = source
     if note is not None:

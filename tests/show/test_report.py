@@ -28,7 +28,8 @@ def _child(client, exp_id, parent_id, trial_id, kind, status, baseline, history,
 
     run = client.create_run(exp_id, run_name=trial_id, tags={
         layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_TRIAL_ID: trial_id, layout.TAG_KIND: kind,
-        layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower(), "autospeed.env.device_name": "cpu (test)"})
+        layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower(),
+        "autospeed.env.device_name": "cpu (test)"})
     rid = run.info.run_id
     metrics = []
     for step, (secs, acc) in enumerate(history, 1):
@@ -55,7 +56,8 @@ def store(tmp_path, new_store):
     client = MlflowClient(uri)
     exp_id = client.create_experiment("demo", artifact_location=str(tmp_path / "artifacts"))
     parent = client.create_run(exp_id, run_name="search-s1", tags={
-        layout.TAG_KIND: "search", layout.TAG_SEARCH_ID: "s1", layout.TAG_EXPERIMENT_DIR: str(tmp_path / "results" / "demo" / "s1")})
+        layout.TAG_KIND: "search", layout.TAG_SEARCH_ID: "s1",
+        layout.TAG_EXPERIMENT_DIR: str(tmp_path / "results" / "demo" / "s1")})
     pid = parent.info.run_id
     client.log_param(pid, "target_accuracy", "0.9")
     client.log_param(pid, "budget.max_train_seconds", "10")

@@ -28,7 +28,8 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
     for trial_id, recipe, baseline in (("base", BASE, True), ("t1", winner, False)):
         run = client.create_run(exp, tags={layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_TRIAL,
                                            layout.TAG_TRIAL_ID: trial_id, layout.TAG_BASELINE: str(baseline).lower(),
-                                           layout.TAG_STATUS: Status.REACHED.value, layout.TAG_TTA_SOURCE: layout.TTA_MEASURED})
+                                           layout.TAG_STATUS: Status.REACHED.value,
+                                           layout.TAG_TTA_SOURCE: layout.TTA_MEASURED})
         layout.log_batch(client, run.info.run_id, layout.metrics({layout.M_OBJECTIVE: 2.0, layout.M_TTA: 2.0}))
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)
@@ -36,7 +37,8 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
         run = client.create_run(exp, tags={layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_CONFIRM,
                                            layout.TAG_TRIAL_ID: "t1", layout.TAG_CONFIRM_REPEAT: str(repeat),
                                            layout.TAG_CONFIRM_TRIALS: "2", layout.TAG_STATUS: Status.REACHED.value})
-        layout.log_batch(client, run.info.run_id, layout.metrics({layout.M_COMPILE_SECONDS: compile_seconds, layout.M_TTA: tta}))
+        layout.log_batch(client, run.info.run_id,
+                         layout.metrics({layout.M_COMPILE_SECONDS: compile_seconds, layout.M_TTA: tta}))
         client.set_terminated(run.info.run_id)
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
     base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])

@@ -36,10 +36,12 @@ def make_search(client, trials: list[dict]) -> None:
             layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_TRIAL, layout.TAG_TRIAL_ID: trial["id"],
             layout.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
             layout.TAG_STATUS: (Status.REACHED if reached else Status.NOT_REACHED).value,
-            layout.TAG_TTA_SOURCE: layout.TTA_MEASURED if reached else layout.TTA_PREDICTED if "predicted" in trial else layout.TTA_NONE})
+            layout.TAG_TTA_SOURCE: layout.TTA_MEASURED if reached
+            else layout.TTA_PREDICTED if "predicted" in trial else layout.TTA_NONE})
         values = {layout.M_OBJECTIVE: trial["objective"], layout.M_TTA: trial.get("tta")}
         if "predicted" in trial:
-            values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW], values[layout.M_TTA_PREDICTED_HIGH] = trial["predicted"]
+            (values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW],
+             values[layout.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
         layout.log_batch(client, run.info.run_id, layout.metrics(values))
         recipe = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=3, lr=trial["lr"])
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")

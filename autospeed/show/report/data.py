@@ -87,7 +87,8 @@ def probe_rows(children: list) -> list[ProbeRow]:
             continue
         params = run.data.params
         config = " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "batch_size") or "baseline"
-        rows.append(ProbeRow(config, int(params.get("batch_size", 0)), run.data.metrics.get(layout.M_SAMPLES_PER_SECOND),
+        rows.append(ProbeRow(config, int(params.get("batch_size", 0)),
+                             run.data.metrics.get(layout.M_SAMPLES_PER_SECOND),
                              run.data.metrics.get(layout.M_OOM) == 1.0))
     return sorted(rows, key=lambda r: (r.config, r.batch_size))
 

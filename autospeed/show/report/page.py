@@ -67,7 +67,8 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
            f"<style>{_CSS}</style></head><body>",
            f"<h1>autospeed report: {e(d.name)}</h1>",
            f"<p class='muted'>search {e(d.search_id)} &middot; parent run {e(d.parent.info.run_id)} &middot; "
-           f"target {e(d.target_metric)} {'&ge;' if d.target_mode == 'max' else '&le;'} {e(str(d.target))} &middot; budget {e(str(d.max_train_seconds))} s per trial &middot; "
+           f"target {e(d.target_metric)} {'&ge;' if d.target_mode == 'max' else '&le;'} {e(str(d.target))} &middot; "
+           f"budget {e(str(d.max_train_seconds))} s per trial &middot; "
            f"generated {e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
            f"<p class='muted'>TTA = train-clock seconds to the first evaluation that meets the target "
            f"(evaluation off the clock). Measured on: {e(where or 'unknown')}.</p>",
