@@ -104,6 +104,7 @@ from autospeed.search.probe_decide import (  # noqa: F401
     verdict,
     wants_probe,
 )
+from autospeed.search.session import SearchSession
 from autospeed.show.live import probe_line
 from autospeed.space import SearchSpec
 from autospeed.track import layout
@@ -335,11 +336,12 @@ def _check_neutrality(spec: SearchSpec, configs: list[dict[str, Any]], neutral, 
     return found
 
 
-def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resources: dict[str, float],
-               threads: int, console=sys.stdout) -> Decision:
+def run_probes(spec: SearchSpec, session: SearchSession, resources: dict[str, float], threads: int) -> Decision:
     """The probe stage of a search: each (configuration, round) a Ray task with the trial's resources; each
     probe an MLflow child run of the parent, which records the fix and the margin behind it."""
     import ray
+
+    client, parent_id, search_id, console = session.client, session.parent_id, session.search_id, session.console
 
     started = time.perf_counter()
     remote = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"], max_retries=0)(probe_config)
