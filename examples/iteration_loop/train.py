@@ -6,12 +6,12 @@ Plain PyTorch; its data is generated (a noisy repeating byte pattern), so it run
 
 import math
 import sys
+from contextlib import nullcontext
 
+import autospeed
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-import autospeed
 
 # ---- configuration: globals, overridden by --key=value ----
 batch_size = 16
