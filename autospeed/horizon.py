@@ -99,8 +99,9 @@ def cut_of(seconds: Sequence[float], values: Sequence[float], epochs: Sequence[f
     best = max(v for _, v, _ in points) if mode == "max" else min(v for _, v, _ in points)
     from autospeed.outcome import gap
 
-    return Cut(seconds=last_s, error=min(e for _, e in stable), error_seconds=stable[-1][0], target_error=max(err(target), 1e-12),
-               gap=gap(best, target, mode), run_end_seconds=offset_seconds + run_epochs * per_epoch,
+    return Cut(seconds=last_s, error=min(e for _, e in stable), error_seconds=stable[-1][0],
+               target_error=max(err(target), 1e-12), gap=gap(best, target, mode),
+               run_end_seconds=offset_seconds + run_epochs * per_epoch,
                stable_end_seconds=offset_seconds + stable_epochs * per_epoch, decays=decay_epochs > 0,
                ended=last_e >= run_epochs - 1e-9, exponent=local_exponent(stable, offset_seconds),
                offset_seconds=offset_seconds)

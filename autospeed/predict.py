@@ -152,7 +152,8 @@ def predict_tta(train_seconds: Sequence[float], values: Sequence[float], target:
     # diverging: the last third worse than the best fit allows; flat: no improvement beyond the noise
     third = max(3, n // 3)
     noise = _noise(y)
-    if np.mean(y[-third:]) - np.min(_smooth(y)) > 3 * noise + 0.02 * abs(np.ptp(y)) and _slope(x[-third:], y[-third:]) > 0:
+    worse_than_best = np.mean(y[-third:]) - np.min(_smooth(y)) > 3 * noise + 0.02 * abs(np.ptp(y))
+    if worse_than_best and _slope(x[-third:], y[-third:]) > 0:
         return none("diverging: the last evaluations got worse")
     if np.mean(y[:third]) - np.mean(y[-third:]) < 2 * noise:
         return none("flat: no improvement beyond the noise")

@@ -52,7 +52,8 @@ def report(results: list[SearchResult], window_seconds: float, measured: bool, a
     method = (f"What was done (see the docstring of experiments/kill_anywhere.py): {len(results)} searches of "
               f"{args.trials} tiny trials each (the faulty plugin, never failing; probe and ASHA off), the best "
               f"and the baseline confirmed with {args.confirm_repeats} interleaved rounds and the winner's ablation "
-              f"with as many (confirm.repeats {args.confirm_repeats}, each run a fresh process), each in a fresh folder with its own sqlite MLflow store, started with `autospeed search "
+              f"with as many (confirm.repeats {args.confirm_repeats}, each run a fresh process), each in a fresh "
+              f"folder with its own sqlite MLflow store, started with `autospeed search "
               f"... --resume` every time; the driver SIGKILLed at a moment drawn uniformly from [0, "
               f"{window_seconds:.1f}] s after its start (random.Random({args.seed})), then what was left of its "
               f"process group, until {args.kills_per_search} kills landed in the search (fewer where a run finished "
@@ -106,8 +107,9 @@ def report(results: list[SearchResult], window_seconds: float, measured: bool, a
     ]
     for s in results:
         runs = ", ".join(
-            (f"{r.kill_at:.1f}+{r.said}@{r.phase}" if r.killed else f"{r.kill_at:.1f}={r.rc}/{r.said}") if r.kill_at is not None
-            else f"final {r.wall_seconds:.1f} s exit {r.rc} {r.said}" for r in s.runs)
+            (f"{r.kill_at:.1f}+{r.said}@{r.phase}" if r.killed else f"{r.kill_at:.1f}={r.rc}/{r.said}")
+            if r.kill_at is not None else f"final {r.wall_seconds:.1f} s exit {r.rc} {r.said}"
+            for r in s.runs)
         lines.append(f"- search {s.index}: {s.kills} kills, wall {s.wall_seconds:.1f} s; {runs}; {s.audit}; "
                      f"{'ok' if s.ok else 'FAILED'}")
     if failed is not None:

@@ -5,8 +5,9 @@ measurement it was drawn from (long_job.md's curves, a merged payback.md's runs)
 paths its figures depend on (experiments/__init__.py, `measures`). The file is stale when a commit that changed
 one of those paths is not an ancestor of (or equal to) every commit it names: the figure then describes code that
 has changed since, and the command printed beside it regenerates it. A measured path that is itself a results
-file (an input) counts by the commit it names instead: it must be an ancestor of (or equal to) the file's own. A commit the repository does not know is
-stale too: nobody can check out the tree it was measured on. Only the commit graph counts, so a figure measured
+file (an input) counts by the commit it names instead: it must be an ancestor of (or equal to) the file's own.
+A commit the repository does not know is stale too: nobody can check out the tree it was measured on. Only the
+commit graph counts, so a figure measured
 on a dirty tree is as new as the commit it names, and a measured path changed by a later commit (the change that
 was dirty, committed) makes it stale: regenerate on a clean tree.
 

@@ -26,10 +26,12 @@ args = ap.parse_args()
 recipe = load_recipe(args.config)
 device = pick_device(recipe)
 print(provenance(device.type, end=False), flush=True)
-lines = ["| run in this process | status | TTA s | first step s | train s | samples/s |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+lines = ["| run in this process | status | TTA s | first step s | train s | samples/s |",
+         "| --- | --- | ---: | ---: | ---: | ---: |"]
 for i in range(args.repeats):
     r = train(recipe.model_copy(update={"seed": 500 + i}))
-    lines.append(f"| {i + 1} ({'cold' if i == 0 else 'warm'}) | {r.status.value} | {r.tta_seconds or float('nan'):.2f} | "
+    lines.append(f"| {i + 1} ({'cold' if i == 0 else 'warm'}) | {r.status.value} | "
+                 f"{r.tta_seconds or float('nan'):.2f} | "
                  f"{r.first_step_seconds:.3f} | {r.train_seconds:.2f} | {r.samples_per_second:,.0f} |")
     print(lines[-1], flush=True)
 emit_table(f"Cold vs warm process: {args.config}", lines, args.out, device.type)

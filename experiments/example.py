@@ -41,7 +41,8 @@ def main() -> int:
     if proc.returncode:
         print(proc.stdout + proc.stderr, file=sys.stderr)
         return proc.returncode
-    shown = Path(args.space).resolve().relative_to(ROOT) if Path(args.space).resolve().is_relative_to(ROOT) else args.space
+    space = Path(args.space).resolve()
+    shown = space.relative_to(ROOT) if space.is_relative_to(ROOT) else args.space
     text = (results_header(f"The README's example: `autospeed search --space {shown}`", "cpu")
             + f"`autospeed search --space {shown}` in a new, empty folder with an empty dataset cache: "
             + f"exit {proc.returncode}, "

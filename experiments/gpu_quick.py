@@ -25,8 +25,8 @@ which is rewritten whole after every stage (a call killed at its limit still bri
              fresh process on an empty inductor cache, with and without the exported compile cache
                                                                                   -> cold_start_cache_gpu.md
 Every stage's output is packed into OUT/logs.tgz (logs_2.tgz beside gpu_quick_2.md: --summary names a second
-call's summary, whose stages build on the first's files on the same machine). `--device cpu` is the rehearsal at tiny sizes (a ResNet
-of width 8, a 2-layer GPT), so the GPU minutes measure instead of debugging.
+call's summary, whose stages build on the first's files on the same machine). `--device cpu` is the rehearsal at
+tiny sizes (a ResNet of width 8, a 2-layer GPT), so the GPU minutes measure instead of debugging.
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ import tarfile
 import time
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, provenance, results_header, write_results, write_space_variant  # noqa: E402
 
@@ -56,7 +54,8 @@ STAGES = ("tests", "calibrate", "search", "gpt", "cache")
 SIZES = {
     "cuda": {"calibrate_seconds": 75, "window": (60, 75), "trials": 4, "trial_seconds": 30, "lr": [0.05, 0.2],
              "epochs": [4, 6, 8], "batch_sizes": [512, 1024], "precision": "bf16",
-             "probe": "{warmup_steps: 3, steps: 10, max_configs: 3, rounds: 2}", "gpt_seconds": 100, "gpt_baseline_seconds": 20, "gpt_batch": 32,
+             "probe": "{warmup_steps: 3, steps: 10, max_configs: 3, rounds: 2}",
+             "gpt_seconds": 100, "gpt_baseline_seconds": 20, "gpt_batch": 32,
              "cap": {"tests": 90, "calibrate": 140, "search": 360, "gpt": 200, "cache": 240},
              "least": {"tests": 40, "calibrate": 110, "search": 220, "gpt": 120, "cache": 120},
              # harder than gpu.yaml's default images (clutter 2, noise 0.1), on which the H100 baseline of 04f31d6
@@ -65,7 +64,8 @@ SIZES = {
              "pytest_workers": "4"},
     "cpu": {"calibrate_seconds": 24, "window": (12, 24), "trials": 3, "trial_seconds": 30, "lr": [0.05, 0.2],
             "epochs": [10, 14], "batch_sizes": [256], "precision": "tf32",
-            "probe": "{warmup_steps: 1, steps: 3, max_configs: 2, rounds: 2}", "gpt_seconds": 20, "gpt_baseline_seconds": 5, "gpt_batch": 8,
+            "probe": "{warmup_steps: 1, steps: 3, max_configs: 2, rounds: 2}",
+            "gpt_seconds": 20, "gpt_baseline_seconds": 5, "gpt_batch": 8,
             "cap": {"tests": 120, "calibrate": 120, "search": 300, "gpt": 150, "cache": 200},
             "least": {"tests": 5, "calibrate": 20, "search": 60, "gpt": 30, "cache": 40},
             "vision": ["workload_options={num_samples: 2000, val_samples: 500, width: 16, blocks: [1, 1], clutter: 0, "

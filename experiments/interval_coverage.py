@@ -322,7 +322,8 @@ def main() -> None:
                         worst_remeasure.get(case.label, {}).get(n, 1.0), r["remeasure"])
                 lines.append(f"| {n} | {s:g} | **{pct(r['new'])}** | {pct(r['old'])} | {pct(r['welch'])} | "
                              f"{r['undefined']:.1%} | {r['width']:.2f}x | {r['welch_width']:.2f}x | "
-                             f"{pct(r['fresh'])} | {pct(r['remeasure']) if r['remeasure'] == r['remeasure'] else '-'} |")
+                             f"{pct(r['fresh'])} | "
+                             f"{pct(r['remeasure']) if r['remeasure'] == r['remeasure'] else '-'} |")
             print(f"{case.label}: n={n} done ({time.perf_counter() - started:.1f} s)", flush=True)
         lines.append("")
 

@@ -1,7 +1,8 @@
 """The driver of a search SIGKILLed at random moments, each time followed by `--resume`: does every search
 resume to completion with every finished trial and every finished confirmation and ablation run kept once, and do
-Optuna, MLflow and the ledger agree? (issues 30 and 40; docs/design.md "Crash anywhere, lose nothing"). The suite's tests/reliability/test_kill_anywhere.py
-kills at points a hook chooses; here a clock chooses them, as the OOM killer or a preemption would.
+Optuna, MLflow and the ledger agree? (issues 30 and 40; docs/design.md "Crash anywhere, lose nothing"). The suite's
+tests/reliability/test_kill_anywhere.py kills at points a hook chooses; here a clock chooses them, as the OOM killer
+or a preemption would.
 
     python experiments/kill_anywhere.py                    # 10 searches x 6 kills, at least 50 landed (~30 min)
     python experiments/kill_anywhere.py --quick            # 2 searches x 2 kills: the script end to end
@@ -240,7 +241,8 @@ def check_search(result: SearchResult, storage: Path, uri: str, trials: int, see
         result.problems.append(f"the unkilled run exited {last.rc if last.rc is not None else 'never (a hang)'}")
     folders = [p for p in search_root(str(storage), NAME).iterdir() if p.is_dir()]
     if len(folders) != 1:
-        result.problems.append(f"{len(folders)} search folders under the storage path: {sorted(p.name for p in folders)}")
+        result.problems.append(f"{len(folders)} search folders under the storage path: "
+                               f"{sorted(p.name for p in folders)}")
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(NAME)
     every = client.search_runs([experiment.experiment_id], max_results=5000) if experiment else []
@@ -379,7 +381,8 @@ def main() -> int:
     with cpu_lock(exclusive=False):
         begun = time.perf_counter()
         measured = args.window is None
-        window = args.window if args.window is not None else calibrate(work / "calibration", args.trials, args.confirm_repeats)
+        window = args.window if args.window is not None else calibrate(work / "calibration", args.trials,
+                                                                       args.confirm_repeats)
         print(f"kill window: [0, {window:.1f}] s ({'an unkilled search took' if measured else 'given'} "
               f"{window:.1f} s)", flush=True)
         while len(results) < args.searches or sum(s.kills for s in results) < args.min_kills:

@@ -20,7 +20,8 @@ Run:
     .venv/bin/python experiments/knobs.py                       # ~3 min on 2 CPU cores
     .venv/bin/python experiments/knobs.py --rounds 5 --steps 200 --out experiments/results/knobs_cpu.md
     python experiments/knobs.py --device cuda --workload synthetic \
-        --workload-options '{"num_samples": 50000, "image_size": 32, "noise": 6.0}' --out experiments/results/knobs_gpu.md
+        --workload-options '{"num_samples": 50000, "image_size": 32, "noise": 6.0}' \
+        --out experiments/results/knobs_gpu.md
     .venv/bin/python experiments/knobs.py --workload lm --out experiments/results/knobs_lm_cpu.md
     .venv/bin/python experiments/knobs.py --workload lm --device cuda --out experiments/results/knobs_lm_gpu.md
 

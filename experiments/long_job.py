@@ -35,8 +35,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (RESULTS, cpu_lock, describe_runs, provenance, quick, results_header,  # noqa: E402
-                     search_and_export, shown, time_interleaved, write_results, write_space_variant)
+from _common import (  # noqa: E402
+    RESULTS,
+    cpu_lock,
+    describe_runs,
+    provenance,
+    quick,
+    results_header,
+    search_and_export,
+    shown,
+    time_interleaved,
+    write_results,
+    write_space_variant,
+)
 
 SPACE = "search_spaces/long.yaml"
 CUTS = (0.1, 0.25, 0.5)
@@ -176,7 +187,8 @@ def quality_lines(data: dict) -> list[str]:
               "trial cut at a share of the run sees a curve that understates what the decay will do. Median "
               "|log(predicted / true)| and the median signed log ratio (positive: predicted too slow) over the "
               "recipes that reached and got a prediction, per schedule family.", "",
-              "| cut | family | recipes | predicted | median abs log | median signed log |", "|---|---|---|---|---|---|"]
+              "| cut | family | recipes | predicted | median abs log | median signed log |",
+              "|---|---|---|---|---|---|"]
     by_family = {"constant": [r for r in reached if r["schedule"] == "constant"],
                  "wsd": [r for r in reached if r["schedule"] == "wsd"],
                  "cosine": [r for r in decaying if r["tta_seconds"] is not None]}
@@ -199,9 +211,8 @@ def quality_lines(data: dict) -> list[str]:
 
 # ---------------------------------------------------------------- (b) payback
 def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
-    from autospeed.track import layout as t
-    from autospeed.track import runs
     from autospeed.space import load_spec
+    from autospeed.track import layout, runs
 
     spec = load_spec(space)
     searches = []
@@ -211,7 +222,7 @@ def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Pat
             variant = write_space_variant(space, [f"sampler.seed={seed}", f"predict.enabled={str(predict).lower()}",
                                                   "confirm.repeats=0"], name, work)
             run = search_and_export(variant, work, name, exclusive=True)
-            client = t.connect(run.tracking_uri)
+            client = layout.connect(run.tracking_uri)
             rows = runs.trial_rows(client, runs.find_parent(client, name))
             best = next(r for r in runs.ranked(rows) if not r.baseline)
             searches.append({"name": name, "seed": seed, "predict": predict, "wall_seconds": run.wall_seconds,
@@ -266,7 +277,8 @@ def main() -> None:
     parser.add_argument("--recipes", type=int, default=20, help="random recipes besides the baseline")
     parser.add_argument("--decaying", type=int, default=5, help="of them, again with schedule: cosine")
     parser.add_argument("--seed", type=int, default=1, help="RandomSampler seed of the drawn recipes (seed 0's curves, "
-                        "experiments/results/long_job_curves_tuning.json, tuned the predictor: reported figures use others)")
+                        "experiments/results/long_job_curves_tuning.json, tuned the predictor: "
+                        "reported figures use others)")
     parser.add_argument("--full-seconds", type=float, default=FULL_SECONDS)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="payback: sampler seeds")
     parser.add_argument("--repeats", type=int, default=5, help="payback: fresh-process runs per recipe")

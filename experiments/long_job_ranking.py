@@ -264,7 +264,8 @@ def main() -> None:
                     f"{m} miss {r[m]['miss']:.0%}" for m in METHODS), flush=True)
     head = (f"Curves: `{shown(FILES[0])}` (held-out) and `{shown(FILES[1])}` (tuning: the previous predictor and "
             f"this ranking were designed after seeing it), 21 recipes each (the baseline and 20 drawn from long.yaml's "
-            f"space), one seed each. {args.searches} simulated searches of {TRIALS} recipes per row (seed {args.seed}); "
+            f"space), one seed each. {args.searches} simulated searches of {TRIALS} recipes per row "
+            f"(seed {args.seed}); "
             "regret = the first pick's true TTA / the search's best (inf: it never reaches).")
     text = results_header("Long jobs: ranking trials at equal horizon, decision metrics") + "\n".join(
         [head, "", *lines_for(results), "", *reading(results)]) + "\n"

@@ -136,7 +136,8 @@ def report(found, verdicts, runs, args, seconds: float) -> str:
               f"Each rep: the baseline at seed 100 + 2 x rep and its reference at the next seed (the band), each "
               f"change at the first seed; {args.steps} steps, trace windows of {args.window_steps} steps; neutral "
               f"when distance <= {args.band_fraction:g} x band (autospeed/search/neutrality.py).", "",
-              "| change | kind | judged neutral | rejected | distance / band: median (min-max) |", "|---|---|---|---|---|"]
+              "| change | kind | judged neutral | rejected | distance / band: median (min-max) |",
+              "|---|---|---|---|---|"]
     for label, cs in found.items():
         kind = "systems" if label in VARIANTS else "maths control"
         ratios = [c.distance / c.band for c in cs]
@@ -164,7 +165,8 @@ def report(found, verdicts, runs, args, seconds: float) -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     base_tta = statistics.median(r.tta_seconds for r in runs["baseline"])
     base_rate = statistics.median(r.samples_per_second for r in runs["baseline"])
-    lines.append(f"| baseline | - | 1 | - | {base_tta:.2f} ({', '.join(f'{r.tta_seconds:.2f}' for r in runs['baseline'])})"
+    base_ttas = ", ".join(f"{r.tta_seconds:.2f}" for r in runs["baseline"])
+    lines.append(f"| baseline | - | 1 | - | {base_tta:.2f} ({base_ttas})"
                  f" | - | - | {', '.join(str(r.steps) for r in runs['baseline'])} | 1 |")
     errors = []
     for label in VARIANTS:

@@ -27,10 +27,10 @@ from autospeed.workloads import load_workload  # noqa: E402
 
 
 def search_gaps(uri: str, name: str, top: int = 5) -> list[tuple[str, float]]:
+    from autospeed.track import layout
     from autospeed.track import runs as res
-    from autospeed.track import layout as t
 
-    client = t.connect(uri)
+    client = layout.connect(uri)
     rows = [r for r in res.ranked(res.trial_rows(client, res.find_parent(client, name))) if r.reached][:top]
     return [(r.trial_id, r.tta_seconds) for r in rows]
 
@@ -85,9 +85,11 @@ def main() -> None:
         cvs[label] = cv(got) if len(got) > 1 else float("nan")
         lines.append(f"| {label} | {len(got)}/{len(s['tta'])} | {statistics.median(got):.2f} | {min(got):.2f} | "
                      f"{max(got):.2f} | {100 * cvs[label]:.1f}% | {statistics.median(s['sps']):.0f} | "
-                     f"{100 * cv(s['sps']):.1f}% |" if got else f"| {label} | 0/{len(s['tta'])} | - | - | - | - | - | - |")
+                     f"{100 * cv(s['sps']):.1f}% |"
+                     if got else f"| {label} | 0/{len(s['tta'])} | - | - | - | - | - | - |")
     lines += ["", "Per run TTA s: " + "; ".join(
-        f"{label}: " + ", ".join(f"{x:.2f}" if x is not None else "miss" for x in s["tta"]) for label, s in series.items())]
+        f"{label}: " + ", ".join(f"{x:.2f}" if x is not None else "miss" for x in s["tta"])
+        for label, s in series.items())]
     if top:
         lines += ["", f"Top reached trials of search '{args.name}' (single measurements, train-clock TTA s): "
                   + ", ".join(f"{tid} {tta:.2f}" for tid, tta in top),

@@ -351,10 +351,9 @@ def plain_steps(train_ds, o) -> tuple[float, object]:
     """The loop as train_plain.py writes it (without its EMA and evaluation): seconds for o.steps steps after
     o.warmup_steps, and the parameters at the end."""
     import torch
+    from cifar_like import ResNet
     from torch import nn
     from torch.utils.data import DataLoader
-
-    from cifar_like import ResNet
 
     device = torch.device(o.device)
     torch.manual_seed(o.seed)
@@ -382,11 +381,11 @@ def context_steps(train_ds, o) -> tuple[float, object]:
     """The same through the knob context, as train.py calls it: seconds for o.steps steps after o.warmup_steps,
     and the parameters at the end."""
     import torch
+    from cifar_like import ResNet
     from torch import nn
 
     from autospeed.recipe import Recipe
     from autospeed.script.context import Context
-    from cifar_like import ResNet
 
     ctx = Context(Recipe(workload="script", batch_size=o.batch_size, lr=o.lr, momentum=0.9, weight_decay=5e-4,
                          schedule="cosine", epochs=o.epochs, num_workers=0, precision="fp32", compile="none",

@@ -53,9 +53,23 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, ROOT, SearchRun, add_timing_arguments, describe_runs, provenance,  # noqa: E402
-                     recipes_as_timed, results_header, roomier_baseline, search_and_export, search_compute, shown,
-                     time_interleaved, write_results, write_space_variant)
+from _common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    SearchRun,
+    add_timing_arguments,
+    describe_runs,
+    provenance,
+    recipes_as_timed,
+    results_header,
+    roomier_baseline,
+    search_and_export,
+    search_compute,
+    shown,
+    time_interleaved,
+    write_results,
+    write_space_variant,
+)
 
 LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
 KINDS = ("probe", "trial", "confirm")  # child runs of a search, in the order they run

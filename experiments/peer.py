@@ -42,9 +42,22 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, ROOT, add_timing_arguments, cpu_lock, describe_runs, provenance,  # noqa: E402
-                     recipes_as_timed, results_header, search_and_export, search_compute, shown, time_interleaved,
-                     write_results, write_space_variant)
+from _common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    add_timing_arguments,
+    cpu_lock,
+    describe_runs,
+    provenance,
+    recipes_as_timed,
+    results_header,
+    search_and_export,
+    search_compute,
+    shown,
+    time_interleaved,
+    write_results,
+    write_space_variant,
+)
 
 from autospeed.outcome import Status, median_tta, speedup_interval  # noqa: E402
 from autospeed.recipe import Recipe  # noqa: E402

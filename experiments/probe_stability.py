@@ -7,7 +7,7 @@ stage `--runs` times on one space (default search_spaces/fast.yaml), each run in
 process, and writes each run's timings, margin and pick, and whether the picks agree.
 
 Run:
-    python experiments/probe_stability.py                      # fast.yaml, 3 runs -> experiments/results/probe_stability.md
+    python experiments/probe_stability.py          # fast.yaml, 3 runs -> experiments/results/probe_stability.md
     python experiments/probe_stability.py --space search_spaces/lm.yaml --runs 3 --out /tmp/probe_lm.md
     python experiments/probe_stability.py --set probe.rounds=5 --set probe.steps=40 --out /tmp/probe.md
 
@@ -83,7 +83,8 @@ def report(space: str, overrides: list[str], variant: str, runs: list[dict]) -> 
              f"{picks[0] if agree else ' / '.join(picks)}.**",
              "",
              "| run | probe stage s | pick | margin |", "|---|---|---|---|"]
-    lines += [f"| {i} | {r['stage_seconds']:.1f} | {knobs(r['fixed'])} | {r['margin']} |" for i, r in enumerate(runs, 1)]
+    lines += [f"| {i} | {r['stage_seconds']:.1f} | {knobs(r['fixed'])} | {r['margin']} |"
+              for i, r in enumerate(runs, 1)]
     lines += ["", "Probe stage s: the stage's wall seconds in its process (workload loading and the untimed warm-up "
               "probe included). Margin: the speed of the fastest configuration other than the default, relative to "
               "the default (geometric mean over maths, batch sizes and rounds), against the noise it must beat "

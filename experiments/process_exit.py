@@ -80,5 +80,6 @@ for i, label in enumerate(["search smoke.yaml: after its last line", "workloads:
         continue
     lines.append(f"| {label} | {med['entry'][i]:.2f} | {med['teardown'][i]:.2f} | "
                  f"{med['teardown'][i] - med['entry'][i]:.2f} | "
-                 f"{', '.join(f'{v:.2f}' for v in runs['entry'])} / {', '.join(f'{v:.2f}' for v in runs['teardown'])} |")
+                 f"{', '.join(f'{v:.2f}' for v in runs['entry'])} / "
+                 f"{', '.join(f'{v:.2f}' for v in runs['teardown'])} |")
 emit_table("Process exit: the fast exit against Python's teardown (CPU)", lines, args.out)

@@ -41,8 +41,9 @@ SCRIPTS = {
     "mnist": dict(
         source="pytorch/examples mnist/main.py", file="main.py",
         args=["--epochs", "2", "--log-interval", "1000", "--test-batch-size", "500"],
-        space=dict(target=dict(metric="val_accuracy", mode="max", value=0.8), budget=dict(trials=3,
-                   max_train_seconds=20), space=dict(batch_size={"choice": [32, 64, 128]}, lr={"choice": [0.5, 1.0, 2.0]}))),
+        space=dict(target=dict(metric="val_accuracy", mode="max", value=0.8),
+                   budget=dict(trials=3, max_train_seconds=20),
+                   space=dict(batch_size={"choice": [32, 64, 128]}, lr={"choice": [0.5, 1.0, 2.0]}))),
     "word_language_model": dict(
         source="pytorch/examples word_language_model/main.py (+ model.py, data.py)", file="main.py",
         args=["--data", "data/generated", "--emsize", "64", "--nhid", "64", "--nlayers", "1", "--bptt", "16",
@@ -79,7 +80,8 @@ def weights(model):
 '''
 # MNIST-shaped data without a download: sklearn's 8x8 digits, upscaled to 28x28 uint8 PIL images (the script's
 # own ToTensor + Normalize transform applies), 1280 to train and 500 to test.
-LOCAL_DATA = '''"""MNIST-shaped local data (written by autospeed's experiments/public_scripts.py): sklearn's digits at 28x28."""
+LOCAL_DATA = '''"""MNIST-shaped local data (written by autospeed's experiments/public_scripts.py): ''' \
+    '''sklearn's digits at 28x28."""
 import numpy as np, torch
 from PIL import Image
 from sklearn.datasets import load_digits
@@ -107,7 +109,8 @@ Obstacles met that the knob context should have handled (script, what, the worka
    kwargs; on a CPU its training DataLoader does not shuffle, so `ctx.prepare(loader)` takes it for an evaluation
    loader and returns it untouched: the batch size and the loader knobs (workers, pinned memory) never reach it,
    and no training loader is known: `autospeed train`'s progress line then counts optimizer steps as epochs
-   ("epoch 20.00/2"; word_language_model, which batches its own tensors, the same). Workaround: `args.batch_size, args.lr = ctx.config.batch_size, ctx.lr()` right after
+   ("epoch 20.00/2"; word_language_model, which batches its own tensors, the same). Workaround:
+   `args.batch_size, args.lr = ctx.config.batch_size, ctx.lr()` right after
    `autospeed.init`, before the script builds its loader (1 line; the loader knobs still do not apply). Next: a
    way to name the training loader to `ctx.prepare` whatever its sampler.
 2. **mnist: the step inside a function.** `train(args, model, device, train_loader, optimizer, epoch)` needs the
@@ -310,7 +313,8 @@ def report(rows: list[dict], notes: str) -> str:
         lines += ["", f"## {r['name']}", "", f"- source: {r['source']}; flags: `{' '.join(r['args'])}`",
                   f"- run alone: prepared exit {r['prepared_code']} in {r['prepared_seconds']:.1f} s, converted exit "
                   f"{r['converted_code']} in {r['converted_seconds']:.1f} s",
-                  f"- winner exported: `{json.dumps(s.get('best'))}`; measured: `{json.dumps(s.get('measured'), default=str)}`",
+                  f"- winner exported: `{json.dumps(s.get('best'))}`; "
+                  f"measured: `{json.dumps(s.get('measured'), default=str)}`",
                   "- space file:", "", "```yaml", s["space"].rstrip(), "```"]
         for step in ("search", "export", "train"):
             if step in s:

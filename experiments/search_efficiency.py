@@ -46,9 +46,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, cpu_lock, provenance, results_header, shown, write_results  # noqa: E402
 
-from autospeed.track import layout as t  # noqa: E402
 from autospeed.search import run_search  # noqa: E402
 from autospeed.space import spec_from_dict  # noqa: E402
+from autospeed.track import layout  # noqa: E402
 from autospeed.train.trainer import train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
@@ -160,10 +160,10 @@ def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str,
         out = run_search(spec, json.dumps(data), "space.json", trials=trials, tracking_uri=uri,
                          storage_path=str(work / "runs"), seed=seed, console=quiet)
     rows = sorted(out.rows, key=lambda r: r.start_ms)
-    probe_seconds = t.connect(uri).get_run(out.parent_run_id).data.metrics.get(t.M_PROBE_SECONDS, 0.0)
+    probe_seconds = layout.connect(uri).get_run(out.parent_run_id).data.metrics.get(layout.M_PROBE_SECONDS, 0.0)
     compute, curve, found_at, best_true = probe_seconds, [], None, math.inf
     for r in rows:
-        compute += r.metrics.get(t.M_TRAIN_SECONDS, 0.0)
+        compute += r.metrics.get(layout.M_TRAIN_SECONDS, 0.0)
         true = truth[key(BASE["baseline"] if r.baseline else r.params)]
         if r.reached:
             best_true = min(best_true, true)
@@ -212,10 +212,10 @@ def simulated_random(grid_truth: dict[str, float], first_trial_seconds: float, g
 
     The real random searches stop after --trials trials, so where they found nothing their compute to find is
     only a lower bound. Here every search draws recipes uniformly (as Optuna's RandomSampler does over the grid)
-    until it draws a near-best one it can train: the baseline first (`first_trial_seconds`), then each draw costs what it costs in a
-    random search (ASHA and probe off): its true TTA when it reaches the target, else the whole budget, and
-    nothing when its batch size is above the memory limit (out of memory at its first step: without the probe
-    nothing is micro-batched), which also means it can never be the one found; a recipe drawn again costs
+    until it draws a near-best one it can train: the baseline first (`first_trial_seconds`), then each draw costs
+    what it costs in a random search (ASHA and probe off): its true TTA when it reaches the target, else the whole
+    budget, and nothing when its batch size is above the memory limit (out of memory at its first step: without the
+    probe nothing is micro-batched), which also means it can never be the one found; a recipe drawn again costs
     nothing (a search takes its first result)."""
     import random
 
@@ -416,7 +416,8 @@ def main() -> None:
         lines += [
             f"Random search run until it finds one, simulated from the ground truth (`simulated_random`: "
             f"{searches:,} searches, each draw costing its true TTA, the budget when it misses, nothing when out of "
-            f"memory or drawn before): median compute to find **{sim_find:.1f} s**. Check of the model: a simulated {n_trials}-trial random "
+            f"memory or drawn before): median compute to find **{sim_find:.1f} s**. "
+            f"Check of the model: a simulated {n_trials}-trial random "
             f"search spends {sim_total:.1f} s (median), the real ones above "
             f"{statistics.median(r['total_compute'] for r in ref_runs):.1f} s.", "",
             f"**{CHALLENGER} / {REFERENCE} (simulated, uncensored): {ta / sim_find:.2f}** "

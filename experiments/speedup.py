@@ -32,8 +32,19 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, ROOT, add_timing_arguments, describe_runs, provenance, results_header,  # noqa: E402
-                     roomier_baseline, search_and_export, shown, time_interleaved, write_results)
+from _common import (  # noqa: E402
+    RESULTS,
+    ROOT,
+    add_timing_arguments,
+    describe_runs,
+    provenance,
+    results_header,
+    roomier_baseline,
+    search_and_export,
+    shown,
+    time_interleaved,
+    write_results,
+)
 
 from autospeed.outcome import interval_note, median_tta, speedup_interval  # noqa: E402
 from autospeed.recipe import load_recipe  # noqa: E402
@@ -128,7 +139,8 @@ def main() -> None:
     if mb is not None and mw is not None:
         ratio = mb / mw
         why = interval_note(ttas["baseline"], ttas["exported"])
-        speedup = f"{ratio:.2f}x ({why})" if why else f"{ratio:.2f}x (Mann-Whitney 90% interval {bound(low)}-{bound(high)})"
+        speedup = (f"{ratio:.2f}x ({why})" if why
+                   else f"{ratio:.2f}x (Mann-Whitney 90% interval {bound(low)}-{bound(high)})")
         verdict = f"goal >= {args.goal:g}x: {'met' if ratio >= args.goal else 'NOT met'}" + (
             ", and by the interval's low end too" if ratio >= args.goal and low is not None
             and low >= args.goal else "")
@@ -154,7 +166,8 @@ def main() -> None:
         f"exclusive CPU lock. The exported recipe trains unchanged but for its seed. {room}",
         "TTA = train-clock seconds to the first evaluation that meets the target; a run that missed it counts as "
         "infinitely slow in a median.", "",
-        "| recipe | median TTA s | min | max | median wall to target s | median samples/s | every run (TTA s, in order) |",
+        "| recipe | median TTA s | min | max | median wall to target s | median samples/s "
+        "| every run (TTA s, in order) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for label in recipes:

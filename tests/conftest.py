@@ -25,7 +25,6 @@ import yaml  # noqa: E402
 
 from autospeed.workloads import CACHE_ENV  # noqa: E402
 
-
 # The test files that read the shared finished search (the `finished_search` fixture below).
 SHARED_SEARCH_FILES = ("tests/search/test_run.py", "tests/search/test_confirm.py", "tests/search/test_probe.py",
                        "tests/show/test_browser.py")

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import math
-import statistics
 import random
+import statistics
 
 import pytest
 
-from autospeed.outcome import (INFEASIBLE, MIN_RUNS_FOR_INTERVAL, Status, attainable_confidence, ended_by_scheduler,
-                               interval_note, median_tta, objective, sequential_confidence, speedup, speedup_interval)
+from autospeed.outcome import (
+    INFEASIBLE,
+    MIN_RUNS_FOR_INTERVAL,
+    Status,
+    attainable_confidence,
+    ended_by_scheduler,
+    interval_note,
+    median_tta,
+    objective,
+    sequential_confidence,
+    speedup,
+    speedup_interval,
+)
 
 BUDGET, TARGET = 3.0, 0.95
 

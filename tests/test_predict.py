@@ -117,7 +117,8 @@ def test_a_curve_that_gets_worse_over_its_last_third_is_diverging(mode):
             clean = np.where(t < turn, 1.5 + 2.0 * t ** -0.5, 1.5 + 2.0 * turn ** -0.5 + 0.05 * (t - turn))
             _none(predict_tta(t, clean + noise, LOSS_TARGET, mode, seed=seed), "diverging")
         else:
-            clean = np.where(t < turn, 0.98 - 0.5 * np.exp(-t / 20), 0.98 - 0.5 * np.exp(-turn / 20) - 0.01 * (t - turn))
+            clean = np.where(t < turn, 0.98 - 0.5 * np.exp(-t / 20),
+                             0.98 - 0.5 * np.exp(-turn / 20) - 0.01 * (t - turn))
             _none(predict_tta(t, clean + noise * 0.3, ACC_TARGET, mode, seed=seed), "diverging")
 
 

@@ -123,7 +123,8 @@ def test_target_accuracy_is_shorthand_for_a_max_target(write_recipe):
     default = load_recipe(write_recipe("workload: digits\n"))
 
     assert short.resolved_target == full.resolved_target
-    assert (full.resolved_target.metric, full.resolved_target.mode, full.resolved_target.value) == ("val_accuracy", "max", 0.9)
+    target = full.resolved_target
+    assert (target.metric, target.mode, target.value) == ("val_accuracy", "max", 0.9)
     assert default.resolved_target.value == 0.95
     assert load_recipe(write_recipe(full.to_yaml())) == full, "a target round-trips through YAML"
 

@@ -81,8 +81,8 @@ def start_ray(address: str | None, verbose: bool) -> None:
     if ray.is_initialized():
         return
     check_ray_address(address)
-    kwargs = dict(include_dashboard=False, log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.ERROR,
-                  configure_logging=True)
+    kwargs = dict(include_dashboard=False, log_to_driver=verbose,
+                  logging_level=logging.INFO if verbose else logging.ERROR, configure_logging=True)
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -122,8 +122,9 @@ def check_storage_shared(folder, timeout_seconds: float = 300.0) -> None:
     probe.write_text(token)
     read = ray.remote(num_cpus=0)(_reads)
     try:
-        pending = {n["NodeID"]: read.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                   .remote(str(probe)) for n in others}
+        pending = {n["NodeID"]: read.options(
+                       scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(str(probe))
+                   for n in others}
         try:
             seen = dict(zip(pending, ray.get(list(pending.values()), timeout=timeout_seconds)))
         except Exception as e:  # a node that cannot run autospeed's code, or does not answer

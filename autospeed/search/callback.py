@@ -19,6 +19,7 @@ from ray.tune import Callback
 from autospeed.outcome import Status, ended_by_scheduler, is_infeasible, objective
 from autospeed.search.curve import EXPONENT_KEY, PREDICTION_KEYS
 from autospeed.search.records import RERUN_OF
+from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir, unwritable
 from autospeed.search.trainable import FINAL, recipe_of
 from autospeed.space import SearchSpec
@@ -44,12 +45,12 @@ class TrialTracker(Callback):
     store that stops answering never holds up the trials. `halt`: why the search must stop as interrupted (the
     store silent past its grace, storage that cannot be written); the stopper reads it."""
 
-    def __init__(self, client, parent_run_id: str, experiment_id: str, search_id: str, spec: SearchSpec, total: int,
-                 console, search_dir: SearchDir, outbox, resumed: bool):
+    def __init__(self, session: SearchSession, spec: SearchSpec, total: int, resumed: bool):
         from autospeed.show.live import SearchView
 
-        self.client, self.out, self.parent, self.search_id = client, outbox, parent_run_id, search_id
-        self.experiment_id = experiment_id
+        client, console, search_dir = session.client, session.console, session.search_dir
+        self.client, self.out, self.parent = client, session.outbox, session.parent_id
+        self.search_id, self.experiment_id = session.search_id, session.experiment_id
         self.halt: str | None = None
         self.console, self.told_down = console, False
         self.spec, self.search_dir = spec, search_dir

@@ -41,20 +41,27 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from autospeed.track import runs as res
-from autospeed.track import layout as t
-from autospeed.outcome import (REMEASURE_RUNS, Status, interval_note, is_infeasible, median_tta,
-                               remeasure_interval, sequential_confidence, speedup_interval)
+from autospeed.outcome import (
+    REMEASURE_RUNS,
+    Status,
+    interval_note,
+    is_infeasible,
+    median_tta,
+    remeasure_interval,
+    sequential_confidence,
+    speedup_interval,
+)
 from autospeed.recipe import Recipe, load_recipe
-from autospeed.search._ray import stop_ray
-from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
-from autospeed.space import SearchSpec
-from autospeed.script.options import is_script
-from autospeed.search.confirm_ledger import RunLedger
-from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
 from autospeed.run_recipe import train_in_fresh_process
-from autospeed.search.confirm_text import (CONFIDENCE, compute_line, describe, format_confirmation,  # noqa: F401
-                                         format_interval)
+from autospeed.script.options import is_script
+from autospeed.search._ray import stop_ray
+from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
+from autospeed.search.confirm_ledger import RunLedger
+from autospeed.search.confirm_text import CONFIDENCE, compute_line, describe, format_confirmation, format_interval  # noqa: F401
+from autospeed.space import SearchSpec
+from autospeed.track import layout
+from autospeed.track import runs as res
+from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 
@@ -115,7 +122,7 @@ class ConfirmOutcome:
     # confirm.baseline_tta_seconds: the baseline's TTA given, not re-run (`baseline` then only holds its recipe)
     baseline_given_seconds: float | None = None
     baseline_note: str = ""
-    compile_cache: str = t.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
+    compile_cache: str = layout.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
     runs_mode: str = ROUNDS  # confirm.runs as it applied: rounds, fewest or one (search/confirm_fewest.py)
 
     @property
@@ -201,7 +208,7 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),
                       search_predicted=_predicted_of(r), run_id=r.run_id,
-                      search_seconds=r.metrics.get(t.M_TRAIN_SECONDS)) for r in chosen]
+                      search_seconds=r.metrics.get(layout.M_TRAIN_SECONDS)) for r in chosen]
 
 
 def _predicted_of(r) -> tuple[float, float | None, float | None] | None:
@@ -277,12 +284,12 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
     def run_once(r: int, i: int, c: Candidate) -> None:
         nonlocal done
         seed = c.recipe.seed + SEED_OFFSET + r
-        kept = result = ledger.kept_result(t.KIND_CONFIRM, c.trial_id, r)
+        kept = result = ledger.kept_result(layout.KIND_CONFIRM, c.trial_id, r)
         if kept is not None:
             c.record(kept)
         else:
             ledger.watch("confirmation")
-            result = train_and_log(ledger, c, r, seed, t.KIND_CONFIRM, spec,
+            result = train_and_log(ledger, c, r, seed, layout.KIND_CONFIRM, spec,
                                    compile_cache_to=_cache_file(caches.name, i, c))
         done += 1
         print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}"
@@ -321,7 +328,7 @@ def _log_compile_cache(out, winner: Candidate, path: str | None, console) -> Non
     `autospeed export` finds it and writes it beside best.yaml."""
     if path is None or winner.run_id is None or not os.path.exists(path):
         return
-    with t.interrupts_held():
+    with layout.interrupts_held():
         out.log_artifact(winner.run_id, path)
     print(f"compile cache of the confirmed best: {os.path.getsize(path) / 1e6:.1f} MB of torch.compile artifacts "
           f"from its last confirmation run, logged on its trial run (autospeed export writes it beside the recipe)",
@@ -383,43 +390,43 @@ def train_and_log(ledger: RunLedger, c: Candidate, repeat: int, seed: int, kind:
     recipe = c.recipe.model_copy(update={"seed": seed})
     run_id = None
     try:
-        with t.interrupts_held():
+        with layout.interrupts_held():
             run_id = ledger.open_run(kind, c, repeat, recipe, tags)
         result = train_like_production(recipe, spec, compile_cache_to)
     except BaseException:
         if run_id is not None:
-            t.mark_killed(ledger.out, run_id)
+            layout.mark_killed(ledger.out, run_id)
         raise
-    t.finish_run(ledger.out, run_id, recipe, result)
+    layout.finish_run(ledger.out, run_id, recipe, result)
     c.record(result)
     return result
 
 
 def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:
     w, b = outcome.winner, outcome.baseline
-    values = {t.M_CONFIRM_REPEATS: outcome.repeats, t.M_CONFIRM_TRIALS: trials_total,
-              t.M_CONFIRM_CONFIDENCE: outcome.confidence}
+    values = {layout.M_CONFIRM_REPEATS: outcome.repeats, layout.M_CONFIRM_TRIALS: trials_total,
+              layout.M_CONFIRM_CONFIDENCE: outcome.confidence}
     if w is not None and w.reached:
-        values.update({t.M_CONFIRM_MEDIAN: w.median, t.M_CONFIRM_MIN: min(w.reached), t.M_CONFIRM_MAX: max(w.reached),
-                       t.M_CONFIRM_WALL_MEDIAN: w.wall_median})
+        values.update({layout.M_CONFIRM_MEDIAN: w.median, layout.M_CONFIRM_MIN: min(w.reached),
+                       layout.M_CONFIRM_MAX: max(w.reached), layout.M_CONFIRM_WALL_MEDIAN: w.wall_median})
     given = outcome.baseline_given_seconds is not None
     if given:
-        values[t.M_CONFIRM_BASELINE_MEDIAN] = outcome.baseline_given_seconds
+        values[layout.M_CONFIRM_BASELINE_MEDIAN] = outcome.baseline_given_seconds
     elif b is not None and b.median is not None:
-        values[t.M_CONFIRM_BASELINE_MEDIAN] = b.median
-        values[t.M_CONFIRM_BASELINE_WALL_MEDIAN] = b.wall_median
-    values[t.M_CONFIRM_COMPUTE_SECONDS] = outcome.compute_seconds
-    values[t.M_CONFIRM_COMPUTE_BASELINE_RUNS] = outcome.compute_baseline_runs
-    values[t.M_CONFIRM_SPEEDUP] = outcome.speedup
-    values[t.M_CONFIRM_WALL_SPEEDUP] = outcome.wall_speedup
+        values[layout.M_CONFIRM_BASELINE_MEDIAN] = b.median
+        values[layout.M_CONFIRM_BASELINE_WALL_MEDIAN] = b.wall_median
+    values[layout.M_CONFIRM_COMPUTE_SECONDS] = outcome.compute_seconds
+    values[layout.M_CONFIRM_COMPUTE_BASELINE_RUNS] = outcome.compute_baseline_runs
+    values[layout.M_CONFIRM_SPEEDUP] = outcome.speedup
+    values[layout.M_CONFIRM_WALL_SPEEDUP] = outcome.wall_speedup
     low, high = outcome.speedup_interval  # absent (None) with too few runs: no interval is printed then
-    values[t.M_CONFIRM_SPEEDUP_CI_LOW] = low
-    values[t.M_CONFIRM_SPEEDUP_CI_HIGH] = high if high is None or math.isfinite(high) else None
-    values[t.M_CONFIRM_REMEASURE_LOW], values[t.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
-    tags = {t.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
-    tags[t.TAG_CONFIRM_BASELINE_SOURCE] = t.BASELINE_GIVEN if given else t.BASELINE_MEASURED
-    tags[t.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
+    values[layout.M_CONFIRM_SPEEDUP_CI_LOW] = low
+    values[layout.M_CONFIRM_SPEEDUP_CI_HIGH] = high if high is None or math.isfinite(high) else None
+    values[layout.M_CONFIRM_REMEASURE_LOW], values[layout.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
+    tags = {layout.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
+    tags[layout.TAG_CONFIRM_BASELINE_SOURCE] = layout.BASELINE_GIVEN if given else layout.BASELINE_MEASURED
+    tags[layout.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
     if given:
-        tags[t.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
-    t.log_batch(out, parent_run_id, t.metrics(values), tags=tags)
+        tags[layout.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
+    layout.log_batch(out, parent_run_id, layout.metrics(values), tags=tags)
     out.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")

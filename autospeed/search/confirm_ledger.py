@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from autospeed.errors import Interrupted
 from autospeed.outcome import Status
-from autospeed.track import layout as t
+from autospeed.track import layout
 
-KINDS = (t.KIND_CONFIRM, t.KIND_ABLATION)
+KINDS = (layout.KIND_CONFIRM, layout.KIND_ABLATION)
 NO_KNOB = ""  # a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none")
 
 
@@ -38,9 +38,9 @@ class KeptResult:
     @classmethod
     def of(cls, run) -> "KeptResult":
         metrics = run.data.metrics
-        return cls(run.info.run_id, Status(run.data.tags[t.TAG_STATUS]), metrics.get(t.M_TTA),
-                   metrics.get(t.M_WALL_TO_TARGET), metrics.get(t.M_SAMPLES_PER_SECOND, 0.0),
-                   metrics.get(t.M_TRAIN_SECONDS, 0.0))
+        return cls(run.info.run_id, Status(run.data.tags[layout.TAG_STATUS]), metrics.get(layout.M_TTA),
+                   metrics.get(layout.M_WALL_TO_TARGET), metrics.get(layout.M_SAMPLES_PER_SECOND, 0.0),
+                   metrics.get(layout.M_TRAIN_SECONDS, 0.0))
 
 
 def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[str, str, int], KeptResult]:
@@ -49,15 +49,17 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
     KILLED (or never ended) is not a sample."""
     runs = client.search_runs(
         [parent.info.experiment_id], max_results=5000,
-        filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = '{kind}' and "
-                      f"tags.`{t.TAG_CONFIRM_TRIALS}` = '{trials_total}' and attributes.status != 'RUNNING' and "
+        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
+                      f"tags.`{layout.TAG_KIND}` = '{kind}' and "
+                      f"tags.`{layout.TAG_CONFIRM_TRIALS}` = '{trials_total}' and attributes.status != 'RUNNING' and "
                       f"attributes.status != 'KILLED'")
     kept: dict[tuple[str, str, int], KeptResult] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):  # two for one triple: the later stands
         tags = run.data.tags
-        if t.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
+        if layout.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
             continue
-        key = (tags[t.TAG_TRIAL_ID], tags.get(t.TAG_ABLATION_KNOB, NO_KNOB), int(tags[t.TAG_CONFIRM_REPEAT]))
+        key = (tags[layout.TAG_TRIAL_ID], tags.get(layout.TAG_ABLATION_KNOB, NO_KNOB),
+               int(tags[layout.TAG_CONFIRM_REPEAT]))
         kept[key] = KeptResult.of(run)
     return kept
 
@@ -75,10 +77,10 @@ class RunLedger:
         for kind in KINDS:  # a run a killed process left RUNNING: closed, trained again
             running = client.search_runs(
                 [parent.info.experiment_id], max_results=1000,
-                filter_string=f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{t.TAG_KIND}` = '{kind}' "
-                              f"and attributes.status = 'RUNNING'")
+                filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
+                              f"tags.`{layout.TAG_KIND}` = '{kind}' and attributes.status = 'RUNNING'")
             for run in running:
-                t.mark_killed(self.out, run.info.run_id)
+                layout.mark_killed(self.out, run.info.run_id)
         self.kept = {kind: finished_runs(client, parent, kind, trials_total) for kind in KINDS}
 
     def kept_result(self, kind: str, trial_id: str, round_: int, knob: str = NO_KNOB) -> KeptResult | None:
@@ -89,10 +91,11 @@ class RunLedger:
         """Candidate `c`'s run of `repeat`, RUNNING, with its recipe's params; its id (local until sent)."""
         run = self.out.create_run(
             self.parent.info.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
-            tags={t.TAG_PARENT: self.parent.info.run_id, t.TAG_SEARCH_ID: self.search_id, t.TAG_TRIAL_ID: c.trial_id,
-                  t.TAG_KIND: kind, t.TAG_BASELINE: str(c.baseline).lower(), t.TAG_STATUS: Status.RUNNING.value,
-                  t.TAG_CONFIRM_REPEAT: str(repeat), t.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
-        t.log_batch(self.out, run.info.run_id, params=t.recipe_params(recipe.training_fields()))
+            tags={layout.TAG_PARENT: self.parent.info.run_id, layout.TAG_SEARCH_ID: self.search_id,
+                  layout.TAG_TRIAL_ID: c.trial_id, layout.TAG_KIND: kind, layout.TAG_BASELINE: str(c.baseline).lower(),
+                  layout.TAG_STATUS: Status.RUNNING.value, layout.TAG_CONFIRM_REPEAT: str(repeat),
+                  layout.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
+        layout.log_batch(self.out, run.info.run_id, params=layout.recipe_params(recipe.training_fields()))
         return run.info.run_id
 
     def watch(self, phase: str) -> None:

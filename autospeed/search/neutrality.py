@@ -67,7 +67,8 @@ class Neutrality:
     def record(self) -> dict[str, Any]:
         """The parent run's record of it (tag autospeed.probe_neutrality)."""
         return {"neutral": self.neutral, "distance": round(self.distance, 6), "band": round(self.band, 6),
-                "band_fraction": self.band_fraction, "steps": self.steps, **({"error": self.error} if self.error else {})}
+                "band_fraction": self.band_fraction, "steps": self.steps,
+                **({"error": self.error} if self.error else {})}
 
 
 def distance(a: list[float], b: list[float]) -> float:

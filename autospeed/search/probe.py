@@ -72,15 +72,42 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from autospeed.search.probe_decide import (FAILED, MATHS_NEUTRAL, OK, OOM, STEP_COST_MATHS, Cells, Decision,  # noqa: F401
-                                           Probe, Verdict, _active, _key, base_noise, batch_sizes, by_batch,
-                                           combination, configurations, fastest, maths_combinations, maths_label, noise_text,
-                                           micro_batch_for, narrowed, repaid, summary, systems_knobs, timings,
-                                           verdict, wants_probe)
-from autospeed.search.neutrality import Neutrality, check as check_neutrality
+from autospeed.search.neutrality import Neutrality
+from autospeed.search.neutrality import check as check_neutrality
+from autospeed.search.probe_decide import (  # noqa: F401
+    FAILED,
+    MATHS_NEUTRAL,
+    OK,
+    OOM,
+    STEP_COST_MATHS,
+    Cells,
+    Decision,
+    Probe,
+    Verdict,
+    _active,
+    _key,
+    base_noise,
+    batch_sizes,
+    by_batch,
+    combination,
+    configurations,
+    fastest,
+    maths_combinations,
+    maths_label,
+    micro_batch_for,
+    narrowed,
+    noise_text,
+    repaid,
+    summary,
+    systems_knobs,
+    timings,
+    verdict,
+    wants_probe,
+)
+from autospeed.search.session import SearchSession
 from autospeed.show.live import probe_line
 from autospeed.space import SearchSpec
-from autospeed.track import layout as t
+from autospeed.track import layout
 
 _PROBE_VALIDATION_SAMPLES = 8  # evaluation runs after every probe step (to time each step): keep it tiny
 _WARM: list[bool] = []  # non-empty once this worker process ran its untimed warm-up probe
@@ -192,8 +219,8 @@ def neutrality_config(spec_json: str, base: dict[str, Any], changes: list[dict[s
 def _probe_recipe(spec: SearchSpec, config: dict[str, Any], maths: dict[str, Any], batch_size: int, workload):
     """The search's recipe with this configuration, maths and batch size, run for warmup + steps optimizer
     steps with an evaluation after each (to read the clock) and a target it cannot meet (only steps end it)."""
-    from autospeed.train.data import dataset_length
     from autospeed.recipe import Target
+    from autospeed.train.data import dataset_length
 
     n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)
     steps_per_epoch = n // batch_size
@@ -309,11 +336,12 @@ def _check_neutrality(spec: SearchSpec, configs: list[dict[str, Any]], neutral, 
     return found
 
 
-def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resources: dict[str, float],
-               threads: int, console=sys.stdout) -> Decision:
+def run_probes(spec: SearchSpec, session: SearchSession, resources: dict[str, float], threads: int) -> Decision:
     """The probe stage of a search: each (configuration, round) a Ray task with the trial's resources; each
     probe an MLflow child run of the parent, which records the fix and the margin behind it."""
     import ray
+
+    client, parent_id, search_id, console = session.client, session.parent_id, session.search_id, session.console
 
     started = time.perf_counter()
     remote = ray.remote(num_cpus=resources["cpu"], num_gpus=resources["gpu"], max_retries=0)(probe_config)
@@ -334,14 +362,16 @@ def run_probes(spec: SearchSpec, client, parent_id: str, search_id: str, resourc
         for p in summary(by_config[_key(config)]):
             _log(client, experiment, parent_id, search_id, i, p)
     noise = decision.verdict.noise if decision.verdict and not math.isinf(decision.verdict.noise) else None
-    with t.interrupts_held():
-        client.set_tag(parent_id, t.TAG_PROBE_FIXED,
+    with layout.interrupts_held():
+        client.set_tag(parent_id, layout.TAG_PROBE_FIXED,
                        json.dumps({**decision.fixed, "micro_batch_size": decision.micro_batch_size}, sort_keys=True))
-        client.set_tag(parent_id, t.TAG_PROBE_MARGIN, decision.margin())
+        client.set_tag(parent_id, layout.TAG_PROBE_MARGIN, decision.margin())
         if decision.neutrality:
-            client.set_tag(parent_id, t.TAG_PROBE_NEUTRALITY, json.dumps(decision.neutrality_record(), sort_keys=True))
-        t.log_batch(client, parent_id, t.metrics({t.M_PROBE_SECONDS: time.perf_counter() - started,
-                                                  t.M_PROBE_SPEEDUP: decision.speedup, t.M_PROBE_NOISE: noise}))
+            client.set_tag(parent_id, layout.TAG_PROBE_NEUTRALITY,
+                           json.dumps(decision.neutrality_record(), sort_keys=True))
+        layout.log_batch(client, parent_id, layout.metrics({layout.M_PROBE_SECONDS: time.perf_counter() - started,
+                                                            layout.M_PROBE_SPEEDUP: decision.speedup,
+                                                            layout.M_PROBE_NOISE: noise}))
     return decision
 
 
@@ -350,16 +380,16 @@ def _log(client, experiment: str, parent_id: str, search_id: str, index: int, p:
     measurements (summary's: over every round) as metrics."""
     from mlflow.entities import RunStatus
 
-    with t.interrupts_held():
-        tags = {t.TAG_PARENT: parent_id, t.TAG_SEARCH_ID: search_id, t.TAG_KIND: t.KIND_PROBE,
-                t.TAG_STATUS: p.status, t.TAG_PROBE_CONFIG: str(index)}
+    with layout.interrupts_held():
+        tags = {layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: search_id, layout.TAG_KIND: layout.KIND_PROBE,
+                layout.TAG_STATUS: p.status, layout.TAG_PROBE_CONFIG: str(index)}
         if p.error:
-            tags[t.TAG_ERROR] = p.error[:500]
+            tags[layout.TAG_ERROR] = p.error[:500]
         maths = {k: p.maths[k] for k in STEP_COST_MATHS if k in p.maths}
         suffix = "".join(f"-{v}" for v in maths.values())
         run = client.create_run(experiment, run_name=f"probe-{index:02d}-b{p.batch_size}{suffix}", tags=tags)
-        values = {t.M_SAMPLES_PER_SECOND: p.samples_per_second, t.M_COMPILE_SECONDS: p.compile_seconds,
-                  t.M_PEAK_MEMORY_MB: p.peak_memory_mb, t.M_OOM: float(p.status == OOM)}
-        t.log_batch(client, run.info.run_id, t.metrics(values),
-                    params=t.recipe_params({**maths, **p.config, "batch_size": p.batch_size}))
+        values = {layout.M_SAMPLES_PER_SECOND: p.samples_per_second, layout.M_COMPILE_SECONDS: p.compile_seconds,
+                  layout.M_PEAK_MEMORY_MB: p.peak_memory_mb, layout.M_OOM: float(p.status == OOM)}
+        layout.log_batch(client, run.info.run_id, layout.metrics(values),
+                    params=layout.recipe_params({**maths, **p.config, "batch_size": p.batch_size}))
         client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.FINISHED))

@@ -288,7 +288,8 @@ def fastest(configs: list[dict[str, Any]], probes: list[Probe],
     for c in configs[1:]:
         mine = by_config.get(_key(c))
         v = verdict(mine, base) if mine else None
-        if v is not None and repaid(c, mine, v.speed, budget_seconds) and (best is None or v.speed > best_verdict.speed):
+        if (v is not None and repaid(c, mine, v.speed, budget_seconds)
+                and (best is None or v.speed > best_verdict.speed)):
             best, best_verdict = c, v
     winner = best if best_verdict is not None and best_verdict.faster else configs[0]
     return winner, best, best_verdict

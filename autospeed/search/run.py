@@ -21,6 +21,7 @@ from autospeed.search import _ray
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import counted
 from autospeed.search.resume import resume_state, same_script
+from autospeed.search.session import SearchSession
 from autospeed.search.storage import (
     SearchDir,
     check_writable,
@@ -146,6 +147,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         outbox = _outbox(client, search_dir, spec, console)
     # read now: from here to the end of the trials a new search needs no answer from the tracking store
     parent_run = client.get_run(parent_id)
+    session = SearchSession(client, parent_id, parent_run.info.experiment_id, search_id, search_dir, outbox, console)
     print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, "
           f"target {spec.resolved_target.describe()}, budget {spec.budget.max_train_seconds:g} s per trial",
           file=console, flush=True)
@@ -158,10 +160,10 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     try:
         explore_start = time.perf_counter()
         outcome.phase_seconds["start-up (data, Ray, tracking)"] = explore_start - wall_start
-        searched = _probed(spec, client, parent_id, search_id, search_dir, resources, threads, console)
+        searched = _probed(spec, session, resources, threads)
         outcome.interrupted, outcome.stop_reason, halt = _trials(
-            searched, client, parent_run, search_id, search_dir, outbox, console, total=total, resources=resources,
-            concurrent=concurrent, threads=threads, seed=seed, resume=state is not None, verbose=verbose)
+            searched, session, total=total, resources=resources, concurrent=concurrent, threads=threads, seed=seed,
+            resume=state is not None, verbose=verbose)
         if halt is not None:
             raise Interrupted(halt)
         explored_seconds += time.perf_counter() - explore_start
@@ -179,13 +181,13 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         ranked = _has_best(outcome.rows, spec.predict.enabled)
         if ranked and not outcome.interrupted and not outcome.stop_reason:
             confirm_start = time.perf_counter()
-            _confirm(spec, client, outcome, outbox, console)
+            _confirm(spec, session, outcome)
             outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
-        _delivered(outbox, spec, outcome.interrupted, console)  # what follows reads the store
+        _delivered(session, spec, outcome.interrupted)  # what follows reads the store
         _report_exploration(spec, client, parent_id, explored_seconds, console)
         if ranked:
             try:
-                outcome.best_path = _write_best(client, spec.name, search_id, search_dir, parent_id)
+                outcome.best_path = _write_best(session, spec.name)
             except RunFailure as e:  # predict, unconfirmed, nothing reached or predicted: nothing to stand on
                 print(f"no best.yaml: {e}", file=console, flush=True)
         trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
@@ -225,12 +227,12 @@ def _check_workers_fit(spec: SearchSpec, space_path: str) -> None:
             raise UserError(f"{space_path}: key '{asked_by}': {problem}")
 
 
-def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir: SearchDir,
-            resources: dict[str, float], threads: int, console) -> SearchSpec:
+def _probed(spec: SearchSpec, session: SearchSession, resources: dict[str, float], threads: int) -> SearchSpec:
     """The spec the trials search: the space as the probe stage narrowed it (search/probe.py), or the
     file's when the probe is off or has nothing to decide. Probed once: a resumed search reuses it."""
     from autospeed.search.probe import run_probes, wants_probe
 
+    search_dir, console = session.search_dir, session.console
     state = search_dir.read_state()
     if PROBED_SPACE in state:
         return spec.model_copy(update={"space": {k: Param.model_validate(v) for k, v in state[PROBED_SPACE].items()}})
@@ -245,14 +247,13 @@ def _probed(spec: SearchSpec, client, parent_id: str, search_id: str, search_dir
         print("probe: skipped for a script (it owns its training step); its systems knobs are left to the trials",
               file=console, flush=True)
         return spec
-    decision = run_probes(spec, client, parent_id, search_id, resources, threads, console)
+    decision = run_probes(spec, session, resources, threads)
     search_dir.write_state({**state, PROBED_SPACE: decision.spec.model_dump(mode="json")["space"]})
     return decision.spec
 
 
-def _trials(spec: SearchSpec, client, parent_run, search_id: str, search_dir: SearchDir, outbox, console, *,
-            total: int, resources: dict[str, float], concurrent: int, threads: int, seed: int, resume: bool,
-            verbose: bool) -> tuple[bool, str | None, str | None]:
+def _trials(spec: SearchSpec, session: SearchSession, *, total: int, resources: dict[str, float], concurrent: int,
+            threads: int, seed: int, resume: bool, verbose: bool) -> tuple[bool, str | None, str | None]:
     """Every trial under Ray Tune. Returns (interrupted, stop reason, halt: why the search must stop as
     interrupted, resumable: its tracking store silent past the grace, its storage refusing writes).
 
@@ -265,9 +266,8 @@ def _trials(spec: SearchSpec, client, parent_run, search_id: str, search_dir: Se
     from autospeed.search.trainable import trainable, trial_resources
     from autospeed.search.tuner import build_tuner
 
-    parent_id = parent_run.info.run_id
-    tracker = TrialTracker(client, parent_id, parent_run.info.experiment_id, search_id, spec, total, console,
-                           search_dir, outbox, resumed=resume)
+    client, search_dir, outbox = session.client, session.search_dir, session.outbox
+    tracker = TrialTracker(session, spec, total, resumed=resume)
     spec_json = spec.model_dump_json()
     gpus = resources["gpu"]
     if spec.most_workers()[0] > 1:
@@ -277,7 +277,7 @@ def _trials(spec: SearchSpec, client, parent_run, search_id: str, search_dir: Se
     bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec_json, threads=threads,
                                                      search_dir=str(search_dir.path), gpus=gpus), resources)
     interrupted = False
-    mode, to_run = resume_plan(search_dir, spec.name, total, console) if resume else (None, total)
+    mode, to_run = resume_plan(search_dir, spec.name, total, session.console) if resume else (None, total)
     try:
         if to_run > 0:  # a rebuilt search whose trials had all finished has none left to run
             tuner, tracker.searcher = build_tuner(spec, bound, search_dir, tracker, trials=to_run,
@@ -299,14 +299,15 @@ def _trials(spec: SearchSpec, client, parent_run, search_id: str, search_dir: Se
         return True, None, unsent
     if tracker.told_down:
         tracker.say_tracking_back()
-    rows = runs.trial_rows(client, client.get_run(parent_id))
+    rows = runs.trial_rows(client, client.get_run(session.parent_id))
     unfinished = len(rows) < total or any(r.status == Status.RUNNING for r in rows)
     return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason, None
 
 
-def _delivered(outbox, spec: SearchSpec, interrupted: bool, console) -> None:
+def _delivered(session: SearchSession, spec: SearchSpec, interrupted: bool) -> None:
     """Wait until the store has every write confirmation and ablation journaled (an interrupted search only a
     moment); said where there is a wait; past it, the search stops as interrupted, resumable."""
+    outbox, console = session.outbox, session.console
     if not outbox.pending:
         return
     down = outbox.down_seconds()
@@ -364,7 +365,7 @@ def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_secon
         layout.log_batch(client, parent_id, layout.metrics({layout.M_EXPLORATION_BASELINE_RUNS: runs_}))
 
 
-def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, outbox, console) -> None:
+def _confirm(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome) -> None:
     """Confirmation runs, then the ablation, written through the search's journal. A resumed search keeps every
     run an earlier session finished (search/confirm_ledger.py) and trains only the rest: none when it had
     confirmed already, whose summary it prints again as it was."""
@@ -373,10 +374,11 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, outbox, console) 
 
     if spec.confirm.repeats <= 0:
         return
-    parent = client.get_run(outcome.parent_run_id)
-    ledger = RunLedger(client, parent, outcome.search_id, len(outcome.rows), outbox, console)
+    client, console = session.client, session.console
+    parent = client.get_run(session.parent_id)
+    ledger = RunLedger(client, parent, session.search_id, len(outcome.rows), session.outbox, console)
     try:
-        outcome.confirmation = run_confirmation(client, spec, outcome.parent_run_id, outcome.search_id,
+        outcome.confirmation = run_confirmation(client, spec, session.parent_id, session.search_id,
                                                 console=console, ledger=ledger)
     except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
         outcome.interrupted = outcome.confirmation_interrupted = True
@@ -388,7 +390,7 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, outbox, console) 
     if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
         from autospeed.search.ablation import run_ablation
 
-        ablated = run_ablation(client, spec, parent, outcome.search_id, confirmed.winner, confirmed.baseline.recipe,
+        ablated = run_ablation(client, spec, parent, session.search_id, confirmed.winner, confirmed.baseline.recipe,
                                confirmed.speedup, len(outcome.rows), console, ledger=ledger)
         confirmed.ablation, confirmed.ablation_interrupted = ablated or [], ablated is None
     print(file=console)
@@ -398,13 +400,13 @@ def _confirm(spec: SearchSpec, client, outcome: SearchOutcome, outbox, console) 
         outcome.interrupted = outcome.confirmation_interrupted = True
 
 
-def _write_best(client, name: str, search_id: str, search_dir: SearchDir, parent_id: str) -> Path:
+def _write_best(session: SearchSession, name: str) -> Path:
     from autospeed.track.export import export
 
     # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
-    path, _ = export(client, name, search_dir.best_yaml, search_id)
+    path, _ = export(session.client, name, session.search_dir.best_yaml, session.search_id)
     with layout.interrupts_held():
-        client.log_artifact(parent_id, str(path))
+        session.client.log_artifact(session.parent_id, str(path))
     return path
 
 

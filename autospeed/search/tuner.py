@@ -111,8 +111,8 @@ class BaselineKeepingASHA(ASHAScheduler):
 
     A data-parallel trial (one whose reports name a stop file: it drives Ray Train workers) is stopped
     like any other, but by its workers: the scheduler writes that file (data_parallel.request_stop)
-    and lets the trial go on; the workers end the Ray Train run at their next evaluation and the trial ends with its final
-    report (`stopped_early`), its cores freed by Ray Train's own shutdown. Tune's STOP would end the
+    and lets the trial go on; the workers end the Ray Train run at their next evaluation and the trial ends
+    with its final report (`stopped_early`), its cores freed by Ray Train's own shutdown. Tune's STOP would end the
     trial's actor and with it Ray Train's controller, whose workers' placement group then outlived
     them (Ray 2.60, without the dashboard's state API): the next trial never got the cores. The rungs
     keep the report the stop was decided on, as for a trial Tune stops; its later reports are not

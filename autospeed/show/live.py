@@ -168,8 +168,8 @@ class SearchView:
                       baseline: bool, knobs: str = "", predicted: str | None = None) -> None:
         """A trial that finished before this process started (a resumed search); `predicted` as in `finished`
         (autospeed.track.runs.predicted_text of its row)."""
-        self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs,
-                                   predicted=None if tta_seconds is not None or predicted == _PREDICT_OFF else predicted))
+        shown = None if tta_seconds is not None or predicted == _PREDICT_OFF else predicted
+        self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs, predicted=shown))
         self.resumed += 1
 
     def started(self, trial_id: str, label: str) -> None:

@@ -85,11 +85,11 @@ def experiment_path(tracking_uri: str, name: str | None) -> str:
     """The UI route (after the base URL) of a search's runs table, or of the experiment list."""
     if not name:
         return "/#/experiments?workflowType=machine_learning"
-    from autospeed.track import layout as tracking
+    from autospeed.track import layout
 
-    exp = tracking.connect(tracking_uri).get_experiment_by_name(name)
+    exp = layout.connect(tracking_uri).get_experiment_by_name(name)
     if exp is None:
-        raise UserError(f"--name: no search named '{name}' in {tracking.redact(tracking_uri)}")
+        raise UserError(f"--name: no search named '{name}' in {layout.redact(tracking_uri)}")
     return f"/#/experiments/{exp.experiment_id}/{RUNS_VIEW}"
 
 

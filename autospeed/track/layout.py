@@ -311,8 +311,8 @@ def log_batch(client, run_id: str, metric_list: Iterable = (), params: dict[str,
 
 def eval_metrics(event: dict[str, Any], names: Iterable[str] | None = None) -> list:
     """The per-evaluation metrics of one evaluation (a history row or a trial's report), at its optimizer
-    step: train loss, train seconds, samples/s (tokens/s and MFU where counted) and the workload's metrics (`names`, else the event's
-    `metric_names`, else val_accuracy)."""
+    step: train loss, train seconds, samples/s (tokens/s and MFU where counted) and the workload's metrics (`names`,
+    else the event's `metric_names`, else val_accuracy)."""
     names = list(names if names is not None else event.get(METRIC_NAMES) or [M_VAL_ACCURACY])
     return metrics({k: event[k] for k in (*EVAL_METRICS, *names) if event.get(k) is not None},
                    step=int(event["step"]))

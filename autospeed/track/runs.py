@@ -11,15 +11,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autospeed.track import layout as t
 from autospeed.errors import RunFailure
 from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
 from autospeed.predict import format_predicted
 from autospeed.recipe import Target, target_from
+from autospeed.track import layout
 
 # the note of a trial in a search without `predict` (autospeed/search/curve.py): nothing to say about it
-PREDICT_OFF_NOTE = t.TTA_NOTE_PREDICT_OFF
+PREDICT_OFF_NOTE = layout.TTA_NOTE_PREDICT_OFF
 
 KEY_KNOBS = ("batch_size", "accumulation_steps", "workers", "lr", "schedule", "precision", "compile", "optimizer")
 
@@ -54,14 +54,14 @@ class TrialRow:
 
     def __post_init__(self) -> None:
         if self.reached:  # a measurement is a measurement, whatever a tag says
-            self.tta_source = t.TTA_MEASURED
+            self.tta_source = layout.TTA_MEASURED
         elif not self.tta_source:
-            self.tta_source = t.TTA_NONE
+            self.tta_source = layout.TTA_NONE
 
     @property
     def predicted(self) -> bool:
         """Its TTA is a prediction (the curve extrapolated to the target), not a measurement."""
-        return self.tta_source == t.TTA_PREDICTED and self.tta_predicted_seconds is not None
+        return self.tta_source == layout.TTA_PREDICTED and self.tta_predicted_seconds is not None
 
     @property
     def no_prediction_note(self) -> str | None:
@@ -82,7 +82,7 @@ class TrialRow:
     def knobs(self) -> str:
         """The key knobs; `workers` (the devices a TTA used) only for a data-parallel trial. A knob set that
         did not act is marked, `optimizer=muon (ran adamw)` in place or `attention=math (n/a)` after them."""
-        marks = {m.split("=", 1)[0]: m for m in t.not_applied_marks(self.applied)}
+        marks = {m.split("=", 1)[0]: m for m in layout.not_applied_marks(self.applied)}
         shown = [marks.pop(k, f"{k}={_short(self.params[k])}") for k in KEY_KNOBS
                  if k in self.params and not (k == "workers" and self.params[k] == "1")]
         return " ".join(shown + list(marks.values()))
@@ -109,9 +109,9 @@ def find_parent(client, name: str, search_id: str | None = None):
     exp = client.get_experiment_by_name(name)
     if exp is None:
         raise RunFailure(f"no search named '{name}' in this tracking store; check --name and --tracking-uri")
-    flt = f"tags.`{t.TAG_KIND}` = '{t.KIND_SEARCH}'"
+    flt = f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'"
     if search_id:
-        flt += f" and tags.`{t.TAG_SEARCH_ID}` = '{search_id}'"
+        flt += f" and tags.`{layout.TAG_SEARCH_ID}` = '{search_id}'"
     runs = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise RunFailure(f"experiment '{name}' holds no autospeed search run; run `autospeed search` first")
@@ -119,7 +119,7 @@ def find_parent(client, name: str, search_id: str | None = None):
 
 
 def child_runs(client, parent) -> list:
-    flt = f"tags.`{t.TAG_PARENT}` = '{parent.info.run_id}'"
+    flt = f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}'"
     out, token = [], None
     while True:
         page = client.search_runs([parent.info.experiment_id], flt, max_results=1000, page_token=token)
@@ -129,27 +129,27 @@ def child_runs(client, parent) -> list:
             return out
 
 
-def trial_rows(client, parent, kind: str = t.KIND_TRIAL, runs: list | None = None) -> list[TrialRow]:
+def trial_rows(client, parent, kind: str = layout.KIND_TRIAL, runs: list | None = None) -> list[TrialRow]:
     """The search's child runs of one kind as rows; `runs` reuses an earlier child_runs() listing."""
     rows = []
     for run in child_runs(client, parent) if runs is None else runs:
         tags, m = run.data.tags, run.data.metrics
-        if tags.get(t.TAG_KIND) != kind:
+        if tags.get(layout.TAG_KIND) != kind:
             continue
         rows.append(TrialRow(
-            run_id=run.info.run_id, trial_id=tags.get(t.TAG_TRIAL_ID, ""), kind=kind,
-            baseline=tags.get(t.TAG_BASELINE) == "true", status=tags.get(t.TAG_STATUS, Status.RUNNING.value),
-            tta_seconds=m.get(t.M_TTA), best_val_accuracy=m.get(t.M_BEST_VAL_ACCURACY),
-            objective=m.get(t.M_OBJECTIVE), wall_seconds=m.get(t.M_WALL_SECONDS),
+            run_id=run.info.run_id, trial_id=tags.get(layout.TAG_TRIAL_ID, ""), kind=kind,
+            baseline=tags.get(layout.TAG_BASELINE) == "true", status=tags.get(layout.TAG_STATUS, Status.RUNNING.value),
+            tta_seconds=m.get(layout.M_TTA), best_val_accuracy=m.get(layout.M_BEST_VAL_ACCURACY),
+            objective=m.get(layout.M_OBJECTIVE), wall_seconds=m.get(layout.M_WALL_SECONDS),
             params=dict(run.data.params), start_ms=run.info.start_time or 0,
-            error=tags.get(t.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(t.TAG_DUPLICATE_OF),
-            node=tags.get(t.TAG_NODE), device=tags.get(t.TAG_DEVICE_NAME),
+            error=tags.get(layout.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(layout.TAG_DUPLICATE_OF),
+            node=tags.get(layout.TAG_NODE), device=tags.get(layout.TAG_DEVICE_NAME),
             # runs from before targets were general logged only best_val_accuracy
-            best_value=m.get(t.M_BEST_VALUE, m.get(t.M_BEST_VAL_ACCURACY)),
-            applied=json.loads(tags.get(t.TAG_APPLIED) or "{}"),
-            tta_source=tags.get(t.TAG_TTA_SOURCE, ""), tta_predicted_seconds=m.get(t.M_TTA_PREDICTED),
-            tta_predicted_low_seconds=m.get(t.M_TTA_PREDICTED_LOW),
-            tta_predicted_high_seconds=m.get(t.M_TTA_PREDICTED_HIGH), tta_note=tags.get(t.TAG_TTA_NOTE),
+            best_value=m.get(layout.M_BEST_VALUE, m.get(layout.M_BEST_VAL_ACCURACY)),
+            applied=json.loads(tags.get(layout.TAG_APPLIED) or "{}"),
+            tta_source=tags.get(layout.TAG_TTA_SOURCE, ""), tta_predicted_seconds=m.get(layout.M_TTA_PREDICTED),
+            tta_predicted_low_seconds=m.get(layout.M_TTA_PREDICTED_LOW),
+            tta_predicted_high_seconds=m.get(layout.M_TTA_PREDICTED_HIGH), tta_note=tags.get(layout.TAG_TTA_NOTE),
         ))
     return rows
 
@@ -288,8 +288,8 @@ def format_leaderboard(rows: list[TrialRow], top: int = 10) -> str:
         acc = f"{r.best_value:.4f}" if r.best_value is not None else "-"
         vs = speedup_text(base, r)
         label = "baseline" if r.baseline else r.trial_id[-14:]
-        where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node" else f" {(r.device or '-')[:24]:<24}"
-                        for c in extra)
+        where = "".join(f" {short_node(r.node) if r.node else '-':<18}" if c == "node"
+                        else f" {(r.device or '-')[:24]:<24}" for c in extra)
         lines.append(f"{order.index(r) + 1:>3}  {label:<14} {r.status:<13}  {ttas[r.run_id]:>{width}} {acc:>14} "
                      f"{vs:>8}{where}  {r.knobs()}")
     if any(r.predicted for r in shown):
@@ -334,9 +334,9 @@ def summary_metrics(rows: list[TrialRow]) -> dict[str, Any]:
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     return {
-        t.M_BEST_TTA: best.tta_seconds if best else None,
-        t.M_BASELINE_TTA: base.tta_seconds if base and base.reached else None,
-        t.M_SPEEDUP: speedup(base, best),
+        layout.M_BEST_TTA: best.tta_seconds if best else None,
+        layout.M_BASELINE_TTA: base.tta_seconds if base and base.reached else None,
+        layout.M_SPEEDUP: speedup(base, best),
         "trials_total": len(rows),
         "trials_duplicate": sum(1 for r in rows if r.duplicate_of),
         **{f"trials_{s}": n for s, n in counts.items()},

@@ -42,7 +42,6 @@ from autospeed.train.run_record import RunRecord
 from autospeed.train.setup import (
     NOT_APPLICABLE,
     autocast_name,
-    compile_mode,
     cross_entropy_loss,
     not_applied,
     pick_device,
@@ -53,7 +52,7 @@ from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
 from autospeed.train.throughput import rates
 from autospeed.workloads import Workload, load_workload
 
-__all__ = ["EvalEvent", "TrainResult", "compile_mode", "pick_device", "train"]
+__all__ = ["EvalEvent", "TrainResult", "pick_device", "train"]
 
 OnEval = Callable[[EvalEvent], "bool | None"]
 

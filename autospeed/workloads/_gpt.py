@@ -174,7 +174,8 @@ def tokenized_corpus(corpus_path: str | None, corpus_bytes: int, vocab_size: int
 
 def gpt(width: int = 768, depth: int = 12, heads: int = 12, context: int = 1024, vocab_size: int = 8192,
         corpus_path: str | None = None, corpus_bytes: int = 0, val_fraction: float = 0.1) -> Workload:
-    """GPT (91M parameters: width 768, depth 12, context 1024) on BPE tokens of the Python standard library or your corpus_path.
+    """GPT (91M parameters: width 768, depth 12, context 1024) on BPE tokens of the Python standard library
+    or your corpus_path.
 
     Targets: val_loss (nats per token, min) or val_bits_per_byte (min). The 91M parameters are nanoGPT's count
     (the position embedding left out) at the defaults, with the tied 8192-token embedding."""

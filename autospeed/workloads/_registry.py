@@ -35,8 +35,9 @@ def offered_metrics(spec: str) -> dict[str, Metric] | None:
 
 
 def describe() -> list[tuple[str, str]]:
-    """(name, one-line description) of each built-in workload."""
-    return [(name, inspect.getdoc(f).splitlines()[0]) for name, f in BUILTIN.items()]
+    """(name, one-line description) of each built-in workload: its docstring's first paragraph, joined."""
+    return [(name, " ".join(line.strip() for line in inspect.getdoc(f).split("\n\n")[0].splitlines()))
+            for name, f in BUILTIN.items()]
 
 
 def resolve_factory(spec: str) -> Callable[..., Workload]:

@@ -174,7 +174,8 @@ def train_flops_per_sample(width: int, blocks: tuple[int, ...]) -> float:
 
 def resnet(data_dir: str = "", num_samples: int = 50_000, val_samples: int = 10_000, width: int = 64,
            blocks: tuple[int, ...] = (2, 2, 2, 2), noise: float = 0.1, clutter: int = 2, seed: int = 0) -> Workload:
-    """ResNet-18 (11.2M parameters at width 64) on 32x32 images: CIFAR-10 from data_dir, else 60,000 generated CIFAR-shaped images.
+    """ResNet-18 (11.2M parameters at width 64) on 32x32 images: CIFAR-10 from data_dir, else 60,000 generated
+    CIFAR-shaped images.
 
     `data_dir`: a folder holding cifar-10-batches-py; then num_samples, val_samples, noise, clutter and seed
     (which shape the generated images) do not apply. `width`: the first stage's channels (64: ResNet-18);

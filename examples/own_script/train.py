@@ -4,13 +4,13 @@ an EMA of the weights for evaluation, early stopping at a target accuracy. Plain
 import argparse
 import time
 
-import autospeed
 import torch
+from cifar_like import ResNet, evaluate, make_datasets
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader
 
-from cifar_like import ResNet, evaluate, make_datasets
+import autospeed
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=float, default=6)

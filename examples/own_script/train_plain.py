@@ -5,11 +5,10 @@ import argparse
 import time
 
 import torch
+from cifar_like import ResNet, evaluate, make_datasets
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader
-
-from cifar_like import ResNet, evaluate, make_datasets
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=float, default=6)

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import free_port, Gate, autospeed, cli_env, error_lines, sigkill_with_state_whole, wait_until
+from .conftest import Gate, autospeed, cli_env, error_lines, free_port, sigkill_with_state_whole, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -137,7 +137,8 @@ def cluster(tmp_path_factory, new_store):
         return proc
 
     def node(*extra: str) -> list[str]:
-        return ["start", "--num-cpus", "1", "--num-gpus", "0", "--disable-usage-stats", "--min-worker-port", "0", "--max-worker-port", "0",
+        return ["start", "--num-cpus", "1", "--num-gpus", "0", "--disable-usage-stats",
+                "--min-worker-port", "0", "--max-worker-port", "0",
                 "--dashboard-agent-listen-port", str(free_port()), *extra]
 
     server = None
@@ -229,7 +230,8 @@ def test_a_storage_path_one_node_cannot_see_fails_before_any_trial(cluster):
     p = autospeed(*_args(cluster, cluster.hidden), cwd=cluster.dir, env=cluster.env)
     assert p.returncode == 1, p.stdout + p.stderr
     (line,) = error_lines(p.stderr)
-    assert "--storage-path" in line and str(cluster.hidden) in line and "not visible on 1 of the cluster's 2 nodes" in line
+    assert "--storage-path" in line and str(cluster.hidden) in line
+    assert "not visible on 1 of the cluster's 2 nodes" in line
     assert "Traceback" not in p.stderr
     assert _trial_runs(cluster.uri) == [] and _parents(cluster.uri) == []  # nothing started
 

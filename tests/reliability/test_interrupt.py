@@ -103,7 +103,8 @@ def _assert_interrupted(proc, d, victim_run_id):
     assert _parent(d).info.status == "KILLED"
     for t in trials.values():  # the leaderboard of what finished is printed
         if t.info.status == "FINISHED":
-            label = "baseline" if t.data.tags["autospeed.baseline"] == "true" else t.data.tags["autospeed.trial_id"][-14:]
+            baseline = t.data.tags["autospeed.baseline"] == "true"
+            label = "baseline" if baseline else t.data.tags["autospeed.trial_id"][-14:]
             assert label in proc.stdout
 
 
@@ -176,13 +177,13 @@ def test_ctrl_c_sigterm_and_ctrl_c_in_confirmation_each_resume_where_they_stoppe
 CTRL_C_DURING_WRITES = """
 import signal, sys
 import sqlalchemy
-from autospeed.track import layout as t
+from autospeed.track import layout
 from autospeed.recipe import Recipe
 from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
-client = t.connect(sys.argv[1])
-exp = t.experiment_id(client, "writes")
+client = layout.connect(sys.argv[1])
+exp = layout.experiment_id(client, "writes")
 recipe = Recipe.model_validate({"workload": "digits", "target_accuracy": 0.9, "max_train_seconds": 1, "epochs": 1})
 result = train(recipe, load_workload("digits", {}))
 statements, ctrl_c_after, sent = 0, None, 0
@@ -201,7 +202,7 @@ def finish(run_id, ctrl_c=None):
     global statements, ctrl_c_after
     statements, ctrl_c_after = 0, ctrl_c
     try:
-        t.finish_run(client, run_id, recipe, result)
+        layout.finish_run(client, run_id, recipe, result)
     finally:
         ctrl_c_after = None
     return statements
@@ -215,7 +216,7 @@ for k in range(1, n + 1):  # Ctrl-C after each of them in turn
         finish(run_id, ctrl_c=k)
     except KeyboardInterrupt:
         interrupted += 1
-        t.mark_killed(client, run_id)  # what an interrupted confirmation does
+        layout.mark_killed(client, run_id)  # what an interrupted confirmation does
 print(f"{n} statements, {sent} Ctrl-C sent, {interrupted} interrupted")
 """
 

@@ -1,5 +1,6 @@
 """Two searches of the same name on one storage path: the second refuses in one line naming the first's host
-and pid (exit 2), and a lock whose holder was SIGKILLed is free again (docs/design.md "Crash anywhere, lose nothing")."""
+and pid (exit 2), and a lock whose holder was SIGKILLed is free again (docs/design.md "Crash anywhere, lose
+nothing")."""
 
 from __future__ import annotations
 

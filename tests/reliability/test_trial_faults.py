@@ -30,7 +30,8 @@ def _spec(marker, **over) -> dict:
         "name": NAME, "workload": "faulty_plugin:faulty",
         "workload_options": {"oom_above": OOM_ABOVE, "nan_batch": NAN_BATCH, "marker": str(marker)},
         "target_accuracy": 0.9, "budget": {"trials": 7, "max_train_seconds": BUDGET},
-        "asha": {"enabled": False}, "sampler": {"kind": "random", "seed": 18},  # sequence: ok ok compile oom nan compile
+        # the sampler's sequence: ok ok compile oom nan compile
+        "asha": {"enabled": False}, "sampler": {"kind": "random", "seed": 18},
         "confirm": {"top_k": 1, "repeats": 0},
         # the faults are the trials' to meet: a probe would narrow compile to none and log its own OOMs
         "probe": {"enabled": False},

@@ -74,7 +74,8 @@ TINY_SCRIPT = textwrap.dedent('''
             if self.training and torch.is_grad_enabled() and args.oom_above and x.shape[0] > args.oom_above:
                 time.sleep(args.seconds_before_oom)  # work the attempt did before it ran out: on the train clock
                 raise torch.OutOfMemoryError(f"simulated: {x.shape[0]} samples")
-            self.seen_dtype = str(torch.get_autocast_dtype(x.device.type)) if torch.is_autocast_enabled(x.device.type) else "none"
+            on = torch.is_autocast_enabled(x.device.type)
+            self.seen_dtype = str(torch.get_autocast_dtype(x.device.type)) if on else "none"
             return self.fc(x)
 
     model = Net()
@@ -102,7 +103,8 @@ TINY_SCRIPT = textwrap.dedent('''
             if args.observe:
                 with open(args.observe, "a") as f:
                     from torch._dynamo.utils import counters  # graphs torch.compile captured in this process
-                    f.write(json.dumps({"autocast": model.seen_dtype, "compiled": type(getattr(net, "inner", net)).__name__,
+                    f.write(json.dumps({"autocast": model.seen_dtype,
+                                        "compiled": type(getattr(net, "inner", net)).__name__,
                                         "compiled_graphs": counters["stats"]["unique_graphs"],
                                         "fused": opt.defaults.get("fused"), "foreach": opt.defaults.get("foreach"),
                                         "micro_batches": micro_since_step, "micro_batch_size": len(x),

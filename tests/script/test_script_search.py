@@ -14,8 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.reliability.conftest import (autospeed, cli_env, client_for, error_lines, search_runs,
-                                        sigkill_with_state_whole, start_cli, wait_until, write_space)
+from tests.reliability.conftest import (
+    autospeed,
+    cli_env,
+    client_for,
+    error_lines,
+    search_runs,
+    sigkill_with_state_whole,
+    start_cli,
+    wait_until,
+    write_space,
+)
 
 # Three CLI runs with Ray (a search and its --resume) in the slowest test: above pytest's default ceiling
 # on a busy 2-core machine is possible; this only guards against a hang.

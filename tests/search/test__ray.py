@@ -12,7 +12,6 @@ def test_a_restored_tuner_runs_with_this_process_callbacks_and_stopper(tmp_path)
     """`Tuner.restore` takes no run_config; _ray.reattach replaces the pickled callbacks and
     stopper through Ray's internal tuner. This fails loudly when Ray moves that attribute."""
     from ray import tune
-
     from ray.tune.schedulers import FIFOScheduler
     from ray.tune.search import BasicVariantGenerator
 

@@ -22,7 +22,7 @@ from autospeed.search.confirm import Candidate, _decide, compute_line, pick_cand
 from autospeed.search.parent import flatten as _flatten
 from autospeed.search.run import _has_best, _report_exploration
 from autospeed.space import SearchSpec
-from autospeed.track import layout as t
+from autospeed.track import layout
 from autospeed.track import runs as res
 from autospeed.track.export import best_recipe_yaml
 
@@ -44,20 +44,23 @@ def long_spec(name: str, **confirm) -> SearchSpec:
 def make_search(client, spec: SearchSpec, trials: list[dict]):
     """A finished search's parent (its params as run.py logs them) and trial runs, none reached unless said."""
     exp = client.create_experiment(spec.name)
-    parent = client.create_run(exp, run_name="search-s1", tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: "s1"})
+    parent = client.create_run(exp, run_name="search-s1",
+                               tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
     flat = _flatten(spec.model_dump(mode="json"))
-    t.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
+    layout.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
     for trial in trials:
-        source = (t.TTA_MEASURED if trial.get("tta") else t.TTA_PREDICTED if trial.get("predicted") else t.TTA_NONE)
+        source = (layout.TTA_MEASURED if trial.get("tta")
+                  else layout.TTA_PREDICTED if trial.get("predicted") else layout.TTA_NONE)
         run = client.create_run(exp, tags={
-            t.TAG_PARENT: parent.info.run_id, t.TAG_SEARCH_ID: "s1", t.TAG_KIND: t.KIND_TRIAL,
-            t.TAG_TRIAL_ID: trial["id"], t.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
-            t.TAG_STATUS: (Status.REACHED if trial.get("tta") else Status.NOT_REACHED).value,
-            t.TAG_TTA_SOURCE: source})
-        values = {t.M_OBJECTIVE: trial["objective"], t.M_TTA: trial.get("tta")}
+            layout.TAG_PARENT: parent.info.run_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_KIND: layout.KIND_TRIAL,
+            layout.TAG_TRIAL_ID: trial["id"], layout.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
+            layout.TAG_STATUS: (Status.REACHED if trial.get("tta") else Status.NOT_REACHED).value,
+            layout.TAG_TTA_SOURCE: source})
+        values = {layout.M_OBJECTIVE: trial["objective"], layout.M_TTA: trial.get("tta")}
         if trial.get("predicted"):
-            values[t.M_TTA_PREDICTED], values[t.M_TTA_PREDICTED_LOW], values[t.M_TTA_PREDICTED_HIGH] = trial["predicted"]
-        t.log_batch(client, run.info.run_id, t.metrics(values))
+            (values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW],
+             values[layout.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
+        layout.log_batch(client, run.info.run_id, layout.metrics(values))
         client.log_text(run.info.run_id, Recipe(**{**DIGITS, **trial.get("recipe", {})}).to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)
     return client.get_run(parent.info.run_id)
@@ -80,7 +83,7 @@ def store(tmp_path, new_store) -> str:
 
 
 def confirm_runs(client, parent) -> list:
-    return [r for r in res.child_runs(client, parent) if r.data.tags.get(t.TAG_KIND) == t.KIND_CONFIRM]
+    return [r for r in res.child_runs(client, parent) if r.data.tags.get(layout.TAG_KIND) == layout.KIND_CONFIRM]
 
 
 def test_candidates_include_predicted_trials_when_none_reached(store):
@@ -112,17 +115,17 @@ def test_confirmation_trains_with_the_production_budget_and_best_yaml_carries_it
     outcome = run_confirmation(client, spec, parent.info.run_id, "s1", console=console)
 
     runs = confirm_runs(client, parent)
-    assert sorted(r.data.tags[t.TAG_TRIAL_ID] for r in runs) == ["base", "fast"]
+    assert sorted(r.data.tags[layout.TAG_TRIAL_ID] for r in runs) == ["base", "fast"]
     for run in runs:
         assert float(run.data.params["max_train_seconds"]) == PRODUCTION_SECONDS
         assert float(run.data.params["epochs"]) == 30
-        assert run.data.tags[t.TAG_STATUS] == Status.REACHED.value
+        assert run.data.tags[layout.TAG_STATUS] == Status.REACHED.value
     assert f"{PRODUCTION_SECONDS:g} s train budget" in console.getvalue()
 
     m = client.get_run(parent.info.run_id).data.metrics
-    spent = sum(r.data.metrics[t.M_TRAIN_SECONDS] for r in runs)
-    assert m[t.M_CONFIRM_COMPUTE_SECONDS] == pytest.approx(spent, rel=1e-6)
-    assert m[t.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / outcome.baseline.median, rel=1e-6)
+    spent = sum(r.data.metrics[layout.M_TRAIN_SECONDS] for r in runs)
+    assert m[layout.M_CONFIRM_COMPUTE_SECONDS] == pytest.approx(spent, rel=1e-6)
+    assert m[layout.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / outcome.baseline.median, rel=1e-6)
     assert compute_line(outcome) == (f"confirmation compute: 2 runs, {spent:.1f} s of train clock = "
                                      f"{spent / outcome.baseline.median:.2f} baseline runs")
 
@@ -145,19 +148,20 @@ def test_a_given_baseline_tta_is_not_rerun_and_its_speedup_claims_no_interval(st
     outcome = run_confirmation(client, spec, parent.info.run_id, "s1", console=console)
 
     (run,) = confirm_runs(client, parent)  # the winner only: the baseline is not trained again
-    assert run.data.tags[t.TAG_TRIAL_ID] == "fast" and run.data.tags[t.TAG_BASELINE] == "false"
+    assert run.data.tags[layout.TAG_TRIAL_ID] == "fast" and run.data.tags[layout.TAG_BASELINE] == "false"
     assert "baseline's given TTA, 50 s (production run 2026-11-20, 2 cores), not re-run" in console.getvalue()
-    winner_tta = run.data.metrics[t.M_TTA]
+    winner_tta = run.data.metrics[layout.M_TTA]
     assert outcome.speedup == pytest.approx(50.0 / winner_tta)
     assert outcome.speedup_interval == (None, None)
     assert outcome.interval_note == f"baseline TTA given ({note}), not measured here: no interval"
     parent_now = client.get_run(parent.info.run_id)
     m, tags = parent_now.data.metrics, parent_now.data.tags
-    assert m[t.M_CONFIRM_BASELINE_MEDIAN] == 50.0 and m[t.M_CONFIRM_SPEEDUP] == pytest.approx(50.0 / winner_tta)
-    assert t.M_CONFIRM_SPEEDUP_CI_LOW not in m and t.M_CONFIRM_BASELINE_WALL_MEDIAN not in m
-    assert (tags[t.TAG_CONFIRM_BASELINE_SOURCE], tags[t.TAG_CONFIRM_BASELINE_NOTE]) == ("given", note)
-    spent = run.data.metrics[t.M_TRAIN_SECONDS]
-    assert m[t.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / 50.0, rel=1e-6)
+    assert m[layout.M_CONFIRM_BASELINE_MEDIAN] == 50.0
+    assert m[layout.M_CONFIRM_SPEEDUP] == pytest.approx(50.0 / winner_tta)
+    assert layout.M_CONFIRM_SPEEDUP_CI_LOW not in m and layout.M_CONFIRM_BASELINE_WALL_MEDIAN not in m
+    assert (tags[layout.TAG_CONFIRM_BASELINE_SOURCE], tags[layout.TAG_CONFIRM_BASELINE_NOTE]) == ("given", note)
+    spent = run.data.metrics[layout.M_TRAIN_SECONDS]
+    assert m[layout.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / 50.0, rel=1e-6)
     assert compute_line(outcome).endswith(f"= {spent / 50.0:.2f} baseline runs")
 
     out = tmp_path / "best.yaml"
@@ -196,15 +200,15 @@ def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known
     console = io.StringIO()
     _report_exploration(long_spec("explore"), client, parent_id, 25.0, console)
     assert console.getvalue() == ""  # no baseline TTA yet: nothing to count in
-    client.log_metric(parent_id, t.M_CONFIRM_BASELINE_MEDIAN, 4.0)  # train clock: not what a wall is counted in
-    client.log_metric(parent_id, t.M_CONFIRM_BASELINE_WALL_MEDIAN, 10.0)
+    client.log_metric(parent_id, layout.M_CONFIRM_BASELINE_MEDIAN, 4.0)  # train clock: not what a wall is counted in
+    client.log_metric(parent_id, layout.M_CONFIRM_BASELINE_WALL_MEDIAN, 10.0)
     _report_exploration(long_spec("explore"), client, parent_id, 25.0, console)
     assert console.getvalue().strip() == ("exploration: 25.0 s wall (probe and trials) = 2.50 baseline runs "
                                           "(its median wall to target, 10.0 s)")
-    assert client.get_run(parent_id).data.metrics[t.M_EXPLORATION_BASELINE_RUNS] == pytest.approx(2.5)
+    assert client.get_run(parent_id).data.metrics[layout.M_EXPLORATION_BASELINE_RUNS] == pytest.approx(2.5)
     given = long_spec("explore-given", baseline_tta_seconds=50.0, baseline_tta_note="prod")
     parent_id = make_search(client, given, []).info.run_id  # a given baseline is not run: no wall measured
     console = io.StringIO()
     _report_exploration(given, client, parent_id, 25.0, console)
     assert re.search(r"= 0\.50 baseline runs \(its given TTA, 50\.0 s\)$", console.getvalue().strip())
-    assert math.isclose(client.get_run(parent_id).data.metrics[t.M_EXPLORATION_BASELINE_RUNS], 0.5)
+    assert math.isclose(client.get_run(parent_id).data.metrics[layout.M_EXPLORATION_BASELINE_RUNS], 0.5)

@@ -75,8 +75,9 @@ def test_a_two_worker_trial_reaches_its_target_and_its_run_says_two_workers(sear
 def test_asha_stops_a_two_worker_trial_as_it_stops_a_one_worker_one_and_the_next_trial_gets_its_cores(search):
     """The 2-worker trial, far below the baseline at ASHA's rung, is stopped there: its workers end the run at a
     following evaluation, and its MLflow run ends as the 1-worker trial's that Tune stopped: `stopped_early`,
-    FINISHED, inside the budget and short of its epochs (left alone, it ends `not_reached` after all 30). The 1-worker trial after it could only start once the 2-worker trial's
-    workers had given their cores back: the search finishing all three trials says they did."""
+    FINISHED, inside the budget and short of its epochs (left alone, it ends `not_reached` after all 30). The
+    1-worker trial after it could only start once the 2-worker trial's workers had given their cores back: the
+    search finishing all three trials says they did."""
     folder, _ = search
     _, two_workers, one_worker = _trials(folder)
     for stopped in (two_workers, one_worker):

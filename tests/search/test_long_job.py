@@ -56,7 +56,8 @@ def test_no_trial_reaches_yet_every_trial_says_where_its_tta_comes_from(long_sea
             censored.append(run)
             # every trial is scored at equal horizon (autospeed/horizon.py): no abstention for the curve's shape,
             # only its own schedule ending the run first or a crossing past the cap, and the note says which
-            assert any(w in tags["autospeed.tta_note"] for w in ("schedule", "past the cap")), tags["autospeed.tta_note"]
+            note = tags["autospeed.tta_note"]
+            assert any(w in note for w in ("schedule", "past the cap")), note
             assert not any(k.startswith("tta_predicted") for k in metrics)
             assert metrics["objective"] > cap  # censored at the cap: below every trial that may reach
     assert len(predicted) + len(censored) == 4

@@ -25,6 +25,7 @@ from autospeed.space import spec_from_dict
 
 from .test_run import autospeed, runs_of
 
+
 def search(folder: Path, space: dict, plugin: str) -> tuple:
     (folder / "probe_plugin.py").write_text(plugin)
     path = folder / "space.yaml"
@@ -322,6 +323,7 @@ def test_the_probe_is_off_when_disabled_or_with_nothing_to_decide():
 
 def test_a_resumed_search_searches_the_space_its_probe_narrowed_without_probing_again(tmp_path):
     from autospeed.search.run import PROBED_SPACE, _probed
+    from autospeed.search.session import SearchSession
     from autospeed.search.storage import SearchDir
 
     spec = spec_from_dict(SPACE, "x.yaml")
@@ -330,7 +332,9 @@ def test_a_resumed_search_searches_the_space_its_probe_narrowed_without_probing_
     folder.write_state({"search_id": "s1", PROBED_SPACE: decided.model_dump(mode="json")["space"]})
 
     # no MLflow client and no Ray: a second probe would fail here
-    again = _probed(spec, None, "parent", "s1", folder, {"cpu": 1, "gpu": 0}, 1, None)
+    session = SearchSession(client=None, parent_id="parent", experiment_id="0", search_id="s1", search_dir=folder,
+                            outbox=None, console=None)
+    again = _probed(spec, session, {"cpu": 1, "gpu": 0}, 1)
 
     assert again.space == decided.space and again.space["compile"].choice == ["default"]
 

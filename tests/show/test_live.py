@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pyte
 import pytest
 
-from autospeed.show.live import SearchView, TrainProgress, format_duration, format_knobs
 from autospeed.recipe import Target
+from autospeed.show.live import SearchView, TrainProgress, format_duration, format_knobs
 
 KNOBS = {"batch_size": 32, "accumulation_steps": 1, "lr": 0.0792, "schedule": "cosine",
          "warmup_fraction": 0.0261, "precision": "fp32", "compile": "none"}

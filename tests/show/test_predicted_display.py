@@ -26,23 +26,23 @@ def _run(client, exp_id, parent_id, trial_id, status, curve, *, baseline=False, 
     """One trial run: per-evaluation val_accuracy and train_seconds by step, final metrics, the Long-jobs tags."""
     from mlflow.entities import RunStatus
 
-    from autospeed.track import layout as t
+    from autospeed.track import layout
 
-    tags = {t.TAG_PARENT: parent_id, t.TAG_SEARCH_ID: "s1", t.TAG_TRIAL_ID: trial_id, t.TAG_KIND: t.KIND_TRIAL,
-            t.TAG_STATUS: status, t.TAG_BASELINE: str(baseline).lower()}
+    tags = {layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_TRIAL_ID: trial_id,
+            layout.TAG_KIND: layout.KIND_TRIAL, layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower()}
     if source is not None:
-        tags[t.TAG_TTA_SOURCE] = source
+        tags[layout.TAG_TTA_SOURCE] = source
     if note is not None:
-        tags[t.TAG_TTA_NOTE] = note
+        tags[layout.TAG_TTA_NOTE] = note
     rid = client.create_run(exp_id, run_name="baseline" if baseline else trial_id, tags=tags).info.run_id
     metrics = []
     for step, (secs, acc) in enumerate(curve, 1):
-        metrics += [_metric(t.M_VAL_ACCURACY, acc, step * 10), _metric(t.M_TRAIN_SECONDS, secs, step * 10)]
-    final = {t.M_BEST_VALUE: max(a for _, a in curve), t.M_OBJECTIVE: objective, t.M_TTA: tta}
+        metrics += [_metric(layout.M_VAL_ACCURACY, acc, step * 10), _metric(layout.M_TRAIN_SECONDS, secs, step * 10)]
+    final = {layout.M_BEST_VALUE: max(a for _, a in curve), layout.M_OBJECTIVE: objective, layout.M_TTA: tta}
     if predicted is not None:
-        final.update(zip((t.M_TTA_PREDICTED, t.M_TTA_PREDICTED_LOW, t.M_TTA_PREDICTED_HIGH), predicted))
+        final.update(zip((layout.M_TTA_PREDICTED, layout.M_TTA_PREDICTED_LOW, layout.M_TTA_PREDICTED_HIGH), predicted))
     metrics += [_metric(k, v, 0) for k, v in final.items() if v is not None]
-    t.log_batch(client, rid, metrics, params={"target_accuracy": "0.9", "max_train_seconds": "10", "lr": "0.1"})
+    layout.log_batch(client, rid, metrics, params={"target_accuracy": "0.9", "max_train_seconds": "10", "lr": "0.1"})
     client.set_terminated(rid, RunStatus.to_string(RunStatus.FINISHED))
     return rid
 
@@ -58,26 +58,26 @@ def _store(tmp_path, new_store, predicted: bool):
     none, note "predict is off", as autospeed/search/curve.py writes)."""
     from mlflow.tracking import MlflowClient
 
-    from autospeed.track import layout as t
+    from autospeed.track import layout
 
     uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp_id = client.create_experiment("long", artifact_location=str(tmp_path / "artifacts"))
-    pid = client.create_run(exp_id, run_name="search-s1", tags={t.TAG_KIND: t.KIND_SEARCH,
-                                                                  t.TAG_SEARCH_ID: "s1"}).info.run_id
+    pid = client.create_run(exp_id, run_name="search-s1", tags={layout.TAG_KIND: layout.KIND_SEARCH,
+                                                                  layout.TAG_SEARCH_ID: "s1"}).info.run_id
     client.log_param(pid, "target_accuracy", "0.9")
     client.log_param(pid, "budget.max_train_seconds", "10")
     seconds = [1.0 * i for i in range(1, 11)]
     p = predicted
-    off = {"source": t.TTA_NONE, "note": "predict is off"}
+    off = {"source": layout.TTA_NONE, "note": "predict is off"}
     _run(client, exp_id, pid, "t_base", "not_reached", _rising([s / 2 for s in seconds]), baseline=True,
-         objective=900 if p else 21, **({"source": t.TTA_PREDICTED, "predicted": (900, 700, 1200)} if p else off))
+         objective=900 if p else 21, **({"source": layout.TTA_PREDICTED, "predicted": (900, 700, 1200)} if p else off))
     _run(client, exp_id, pid, "t_a", "reached", [(2.0, 0.6), (4.0, 0.8), (6.0, 0.91)], tta=6.0, objective=6.0,
-         source=t.TTA_MEASURED if p else None)
+         source=layout.TTA_MEASURED if p else None)
     _run(client, exp_id, pid, "t_b", "not_reached", _rising(seconds), objective=412 if p else 20.5,
-         **({"source": t.TTA_PREDICTED, "predicted": (412, 300, 560)} if p else off))
+         **({"source": layout.TTA_PREDICTED, "predicted": (412, 300, 560)} if p else off))
     _run(client, exp_id, pid, "t_c", "stopped_early", [(s, 0.5) for s in seconds[:6]], objective=2000 if p else 28,
-         **({"source": t.TTA_NONE, "note": "flat: no improvement beyond the noise"} if p else off))
+         **({"source": layout.TTA_NONE, "note": "flat: no improvement beyond the noise"} if p else off))
     _run(client, exp_id, pid, "t_old", "not_reached", [(1.0, 0.3), (2.0, 0.4)], objective=2500 if p else 30)
     return SimpleNamespace(uri=uri, client=client, parent_id=pid, tmp=tmp_path)
 

@@ -15,7 +15,7 @@ from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.search.parent import flatten as _flatten
 from autospeed.space import SearchSpec
-from autospeed.track import layout as t
+from autospeed.track import layout
 from autospeed.track.export import best_recipe_yaml
 
 SPEC = SearchSpec.model_validate({
@@ -27,20 +27,22 @@ SPEC = SearchSpec.model_validate({
 def make_search(client, trials: list[dict]) -> None:
     """A finished, unconfirmed search: its parent (params as run.py logs them) and trial runs."""
     exp = client.create_experiment(SPEC.name)
-    parent = client.create_run(exp, tags={t.TAG_KIND: t.KIND_SEARCH, t.TAG_SEARCH_ID: "s1"})
+    parent = client.create_run(exp, tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
     flat = _flatten(SPEC.model_dump(mode="json"))
-    t.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
+    layout.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
     for trial in trials:
         reached = trial.get("tta") is not None
         run = client.create_run(exp, tags={
-            t.TAG_PARENT: parent.info.run_id, t.TAG_KIND: t.KIND_TRIAL, t.TAG_TRIAL_ID: trial["id"],
-            t.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
-            t.TAG_STATUS: (Status.REACHED if reached else Status.NOT_REACHED).value,
-            t.TAG_TTA_SOURCE: t.TTA_MEASURED if reached else t.TTA_PREDICTED if "predicted" in trial else t.TTA_NONE})
-        values = {t.M_OBJECTIVE: trial["objective"], t.M_TTA: trial.get("tta")}
+            layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_TRIAL, layout.TAG_TRIAL_ID: trial["id"],
+            layout.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
+            layout.TAG_STATUS: (Status.REACHED if reached else Status.NOT_REACHED).value,
+            layout.TAG_TTA_SOURCE: layout.TTA_MEASURED if reached
+            else layout.TTA_PREDICTED if "predicted" in trial else layout.TTA_NONE})
+        values = {layout.M_OBJECTIVE: trial["objective"], layout.M_TTA: trial.get("tta")}
         if "predicted" in trial:
-            values[t.M_TTA_PREDICTED], values[t.M_TTA_PREDICTED_LOW], values[t.M_TTA_PREDICTED_HIGH] = trial["predicted"]
-        t.log_batch(client, run.info.run_id, t.metrics(values))
+            (values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW],
+             values[layout.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
+        layout.log_batch(client, run.info.run_id, layout.metrics(values))
         recipe = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=3, lr=trial["lr"])
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)

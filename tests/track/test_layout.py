@@ -6,8 +6,8 @@ import alembic.util
 import mlflow.store.db.utils as db_utils
 import pytest
 
-from autospeed.track import layout as tracking
 from autospeed.errors import RunFailure
+from autospeed.track import layout
 
 
 def test_a_store_migrated_by_another_process_at_the_same_moment_is_retried_not_unreachable(tmp_path, monkeypatch):
@@ -24,17 +24,17 @@ def test_a_store_migrated_by_another_process_at_the_same_moment_is_retried_not_u
         real(engine)
 
     monkeypatch.setattr(db_utils, "_initialize_tables", other_process_migrated_first)
-    client = tracking.connect(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = layout.connect(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert raced and client.get_experiment_by_name("Default") is not None
-    run = client.create_run(tracking.experiment_id(client, "x"))
+    run = client.create_run(layout.experiment_id(client, "x"))
     assert client.get_run(run.info.run_id).info.status == "RUNNING"
 
 
 def test_an_unreachable_server_is_one_line_exit_1(monkeypatch):
     with pytest.raises(RunFailure) as e:
-        tracking.connect("http://127.0.0.1:9")
+        layout.connect("http://127.0.0.1:9")
     assert "unreachable" in str(e.value) and "http://127.0.0.1:9" in str(e.value)
 
 
 def test_credentials_in_a_uri_are_hidden():
-    assert tracking.redact("failed for https://me:secret@host:5000/x") == "failed for https://***@host:5000/x"
+    assert layout.redact("failed for https://me:secret@host:5000/x") == "failed for https://***@host:5000/x"

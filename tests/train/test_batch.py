@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from autospeed.train.batch import as_trained, micro_batch_sizes, pin_micro_batch
 from autospeed.recipe import Recipe
+from autospeed.train.batch import as_trained, micro_batch_sizes, pin_micro_batch
 
 
 @pytest.mark.parametrize("micro,batch_size,sizes", [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from autospeed.train.environment import PeakMemory
 from autospeed.recipe import Recipe
+from autospeed.train.environment import PeakMemory
 from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 

@@ -496,7 +496,7 @@ def test_tta_excludes_evaluation_time(write_plugin):
 ])
 def test_cuda_graph_modes_compile_without_cuda_graphs_when_accumulating(mode, accumulation, device, used):
     """CUDA graphs cannot accumulate gradients over micro-batches (pytorch/pytorch#169545, seen on an H100)."""
-    from autospeed.train.trainer import compile_mode
+    from autospeed.train.setup import compile_mode
 
     assert compile_mode(recipe(compile=mode, accumulation_steps=accumulation), torch.device(device)) == used
 

@@ -86,7 +86,8 @@ def test_unknown_builtin_lists_the_choices():
 
 
 def test_unknown_workload_option_lists_the_allowed_ones():
-    with pytest.raises(UserError, match="workload_options.hiddn: unknown option .* allowed: val_fraction, seed, hidden"):
+    with pytest.raises(UserError,
+                       match="workload_options.hiddn: unknown option .* allowed: val_fraction, seed, hidden"):
         load_workload("digits", {"hiddn": 3})
 
 

@@ -25,10 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autospeed.show.report.data import SearchData, collect, experiment_dir
-from autospeed.show.report.figures import (plot_ablation, plot_confirm, plot_curves, plot_importance, plot_predicted,
-                                           plot_probes, plot_tradeoff, plot_tta)
+from autospeed.show.report.figures import (
+    plot_ablation,
+    plot_confirm,
+    plot_curves,
+    plot_importance,
+    plot_predicted,
+    plot_probes,
+    plot_tradeoff,
+    plot_tta,
+)
 from autospeed.show.report.page import render_html
-from autospeed.track import layout as t
+from autospeed.track import layout
 from autospeed.track import runs as res
 from autospeed.yamlio import write_atomic
 
@@ -58,7 +66,8 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     if d.rows:
         figures["curves"] = (plot_curves(d, out / "curves.png"),
                              f"Time to target: {d.target_metric} against train-clock seconds for every trial; "
-                             "the dotted red line is the target, the dot where the winner and baseline cross it is their TTA")
+                             "the dotted red line is the target, the dot where the winner and baseline cross it "
+                             "is their TTA")
         figures["tta"] = (plot_tta(d, out / "tta.png"),
                           "TTA per trial: sorted, coloured by status; the baseline has a black outline")
         figures["tradeoff"] = (plot_tradeoff(d, out / "tradeoff.png"),
@@ -75,14 +84,15 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
         d.notes.append("the search has no trial runs yet")
     if d.importances:
         figures["importance"] = (plot_importance(d, out / "importance.png"),
-                                 "Parameter importances: Optuna's PED-ANOVA evaluator over the search's study: how much each "
-                                 "knob's values differ between the best trials and all trials (objective = TTA, "
-                                 "censored for trials that missed the target)")
+                                 "Parameter importances: Optuna's PED-ANOVA evaluator over the search's study: "
+                                 "how much each knob's values differ between the best trials and all trials "
+                                 "(objective = TTA, censored for trials that missed the target)")
     if any(c.reached for c in d.confirmed):
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
     if d.ablation:
-        figures["ablation"] = (plot_ablation(d, d.parent.data.metrics.get(t.M_CONFIRM_SPEEDUP), out / "ablation.png"),
+        confirmed_speedup = d.parent.data.metrics.get(layout.M_CONFIRM_SPEEDUP)
+        figures["ablation"] = (plot_ablation(d, confirmed_speedup, out / "ablation.png"),
                                "Why it is faster: the winner re-timed with each knob that differs from the baseline "
                                "set back to the baseline's value, one at a time, in fresh processes beside the winner "
                                "itself (same seeds); the share is log(lost) / log(confirmed speed-up)")

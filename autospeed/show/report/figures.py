@@ -94,7 +94,8 @@ def plot_tta(d: SearchData, path: Path) -> Path:
         ax.text(w, bar.get_y() + bar.get_height() / 2, f" {text}", va="center", fontsize=8)
     base = d.baseline
     if base is not None and base.reached:
-        ax.axvline(base.tta_seconds, color=BASELINE_COLOUR, ls="--", lw=1, label=f"baseline TTA {base.tta_seconds:.2f} s")
+        ax.axvline(base.tta_seconds, color=BASELINE_COLOUR, ls="--", lw=1,
+                   label=f"baseline TTA {base.tta_seconds:.2f} s")
     ax.set_yticks(y, names, fontsize=8)
     ax.set_xlabel("TTA, train-clock seconds (hatched: target not reached, seconds trained)")
     ax.set_title("Time to target per trial (fastest at the top)")
