@@ -41,6 +41,7 @@ DEFAULT_EXPONENT = 1.0
 TAIL_FROM = 0.5  # the exponent is fitted to the evaluations after this share of the cut's seconds
 MIN_TAIL_POINTS = 3
 MIN_POOL_FOR_QUARTILES = 4  # fewer exponents: the interval spans half to twice the median
+MAX_LOG_GROWTH = 700.0  # exp() of more overflows a float: a crossing that far is past any run's end
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,9 @@ def crossing_seconds(cut: Cut, exponent: float) -> float:
     x = max(cut.error_seconds - cut.offset_seconds, 1e-9)
     stable_end = cut.stable_end_seconds - cut.offset_seconds
     run_end = cut.run_end_seconds - cut.offset_seconds
-    t = x * (max(cut.error, cut.target_error) / cut.target_error) ** (1.0 / exponent)
+    # in logs: an exponent near 0 (a curve that barely fell) puts the crossing past any float, not an OverflowError
+    growth = math.log(max(cut.error, cut.target_error) / cut.target_error) / exponent
+    t = x * math.exp(growth) if growth < MAX_LOG_GROWTH else math.inf
     if t <= stable_end:
         return t + cut.offset_seconds
     if not cut.decays:

@@ -121,3 +121,14 @@ def test_a_metric_without_a_bound_is_censored_not_projected():
     assert math.isinf(horizon.crossing_seconds(horizon.Cut(
         seconds=2.0, error=0.1, error_seconds=2.0, target_error=0.05, gap=0.1, run_end_seconds=3.0,
         stable_end_seconds=3.0, decays=False, ended=False, exponent=1.0), 1.0))
+
+
+@pytest.mark.parametrize("decays", [False, True])
+def test_a_curve_that_barely_falls_projects_its_crossing_past_the_run_instead_of_overflowing(decays):
+    """A pooled exponent near 0 (curves that barely fell by the cut, as trials on a loaded machine give) puts the
+    crossing astronomically far: past the run's end, censored, never an OverflowError that fails the trial."""
+    cut = horizon.Cut(seconds=0.6, error=0.5, error_seconds=0.6, target_error=0.025, gap=0.5, run_end_seconds=30.0,
+                      stable_end_seconds=24.0 if decays else 30.0, decays=decays, ended=False, exponent=0.001)
+    assert math.isinf(horizon.crossing_seconds(cut, 0.001))
+    objective, prediction = horizon.score(cut, horizon.pooled([0.001]), cap_seconds=12.0)
+    assert objective == pytest.approx(12.0 * 1.5) and prediction.seconds is None
