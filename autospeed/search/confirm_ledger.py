@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from autospeed.errors import Interrupted
 from autospeed.outcome import Status
 from autospeed.track import layout
+from autospeed.track.runs import ENDED, child_runs
 
 KINDS = (layout.KIND_CONFIRM, layout.KIND_ABLATION)
 NO_KNOB = ""  # a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none")
@@ -47,12 +48,7 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
     """This search's finished runs of `kind` from a confirmation over `trials_total` trials (an extended search
     confirms anew over all of its trials): {(trial id, ablated knob or NO_KNOB, round): result}. A run that ended
     KILLED (or never ended) is not a sample."""
-    runs = client.search_runs(
-        [parent.info.experiment_id], max_results=5000,
-        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
-                      f"tags.`{layout.TAG_KIND}` = '{kind}' and "
-                      f"tags.`{layout.TAG_CONFIRM_TRIALS}` = '{trials_total}' and attributes.status != 'RUNNING' and "
-                      f"attributes.status != 'KILLED'")
+    runs = child_runs(client, parent, kind, {layout.TAG_CONFIRM_TRIALS: str(trials_total)}, where=ENDED)
     kept: dict[tuple[str, str, int], KeptResult] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):  # two for one triple: the later stands
         tags = run.data.tags
@@ -75,10 +71,7 @@ class RunLedger:
         self.parent, self.search_id, self.trials_total = parent, search_id, trials_total
         self.out, self.console, self.told_down = out if out is not None else Direct(client), console, False
         for kind in KINDS:  # a run a killed process left RUNNING: closed, trained again
-            running = client.search_runs(
-                [parent.info.experiment_id], max_results=1000,
-                filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
-                              f"tags.`{layout.TAG_KIND}` = '{kind}' and attributes.status = 'RUNNING'")
+            running = child_runs(client, parent, kind, where="attributes.status = 'RUNNING'")
             for run in running:
                 layout.mark_killed(self.out, run.info.run_id)
         self.kept = {kind: finished_runs(client, parent, kind, trials_total) for kind in KINDS}

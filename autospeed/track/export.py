@@ -189,12 +189,7 @@ def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, Compil
     machine, warm the search machine's cache), medians over those runs (a run that missed the target counts as
     infinitely slow, as in the confirmed median); "not measured" for the other two, never a guess (no search trains
     with the shipped cache: `autospeed train` on a new machine does, and says how many graphs it found in it)."""
-    runs = client.search_runs(
-        [parent.info.experiment_id], max_results=5000,
-        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and "
-                      f"tags.`{layout.TAG_KIND}` = '{layout.KIND_CONFIRM}' "
-                      f"and tags.`{layout.TAG_TRIAL_ID}` = '{trial_id}' and attributes.status != 'RUNNING' and "
-                      f"attributes.status != 'KILLED'")
+    runs = res.child_runs(client, parent, layout.KIND_CONFIRM, {layout.TAG_TRIAL_ID: trial_id}, where=res.ENDED)
     trials = parent.data.metrics.get(layout.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
     runs = [r for r in runs if layout.TAG_STATUS in r.data.tags and layout.M_COMPILE_SECONDS in r.data.metrics
             and (trials is None or r.data.tags.get(layout.TAG_CONFIRM_TRIALS) == str(int(trials)))]

@@ -118,8 +118,17 @@ def find_parent(client, name: str, search_id: str | None = None):
     return runs[0]
 
 
-def child_runs(client, parent) -> list:
-    flt = f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}'"
+# an MLflow filter clause for `where`: a run that ended on its own (neither still RUNNING nor closed as KILLED)
+ENDED = "attributes.status != 'RUNNING' and attributes.status != 'KILLED'"
+
+
+def child_runs(client, parent, kind: str | None = None, tags: dict[str, str] | None = None, where: str = "") -> list:
+    """Every child run of the search `parent` (paged: none left out), of one `kind` and with these `tags` values
+    where given, and matching `where` (an MLflow filter clause, e.g. ENDED or "attributes.status = 'RUNNING'")."""
+    clauses = [f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}'"]
+    clauses += [f"tags.`{key}` = '{value}'" for key, value in ({layout.TAG_KIND: kind} if kind else {}).items()]
+    clauses += [f"tags.`{key}` = '{value}'" for key, value in (tags or {}).items()]
+    flt = " and ".join(clauses + ([where] if where else []))
     out, token = [], None
     while True:
         page = client.search_runs([parent.info.experiment_id], flt, max_results=1000, page_token=token)

@@ -16,6 +16,7 @@ import math
 
 from autospeed.recipe import Measured, Trajectory
 from autospeed.track import layout
+from autospeed.track.runs import child_runs
 
 MAX_POINTS = 200  # of a curve in best.yaml: every evaluation of a long run would bloat the file
 BRIDGE_POINTS = 16  # from the trial's last evaluation to a predicted crossing
@@ -38,11 +39,8 @@ def thinned(points: list[tuple[float, float]], most: int = MAX_POINTS) -> list[t
 
 def _confirm_runs(client, parent, trial_id: str) -> list:
     trials = parent.data.metrics.get(layout.M_CONFIRM_TRIALS)
-    runs = client.search_runs(
-        [parent.info.experiment_id], max_results=1000,
-        filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}' and tags.`{layout.TAG_KIND}` = "
-                      f"'{layout.KIND_CONFIRM}' and tags.`{layout.TAG_TRIAL_ID}` = '{trial_id}' and "
-                      f"attributes.status = 'FINISHED'")
+    runs = child_runs(client, parent, layout.KIND_CONFIRM, {layout.TAG_TRIAL_ID: trial_id},
+                      where="attributes.status = 'FINISHED'")
     return [r for r in runs if r.data.metrics.get(layout.M_TTA) is not None
             and (trials is None or r.data.tags.get(layout.TAG_CONFIRM_TRIALS) == str(int(trials)))]
 
