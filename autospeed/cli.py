@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _err(message: str) -> None:
-    from autospeed.track.layout import redact
+    from autospeed.track.store import redact
 
     print(f"autospeed: error: {redact(message)}", file=sys.stderr)
 
@@ -42,9 +42,10 @@ def cmd_train(args) -> int:
     recipe = _with_script(load_recipe(args.config), args)
     client = None
     if not args.no_track:
-        from autospeed.track import layout
+        from autospeed.track import names, writers
+        from autospeed.track.store import connect, resolve_tracking_uri
 
-        client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+        client = connect(resolve_tracking_uri(args.tracking_uri))
     target = recipe.resolved_target
     workload = None  # a user's script: its metrics are known when it reports
     try:
@@ -98,7 +99,7 @@ def cmd_train(args) -> int:
             print(hits_line(shipped=cache is not None), file=out)
     prediction = checker.finish(result.tta_seconds, result.train_seconds) if checker is not None else None
     if client is not None:
-        run_id = layout.log_train_run(client, args.experiment or layout.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
+        run_id = writers.log_train_run(client, args.experiment or names.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
                                         prediction)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
     if args.json:
@@ -115,7 +116,7 @@ def cmd_train(args) -> int:
               + (f" ({result.tokens_per_second:,.0f} tokens/s)" if result.tokens_per_second is not None else "")
               + (f"  MFU {result.mfu:.1%} of the dense bf16 peak" if result.mfu is not None else "")
               + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
-        from autospeed.track.layout import not_applied_marks  # standard library only
+        from autospeed.track.writers import not_applied_marks  # standard library only
 
         not_applied = not_applied_marks(result.applied)  # what the trainer saw act, not what the recipe asked
         if not_applied:
@@ -155,7 +156,7 @@ def cmd_search(args) -> int:
     from autospeed.search import run_search
     from autospeed.search.confirm_text import summary_lines
     from autospeed.space import load_spec, with_script
-    from autospeed.track import layout
+    from autospeed.track import names
 
     spec = with_script(load_spec(args.space), args.script, args.script_args)
     if args.trials is not None and args.trials < 1:
@@ -171,9 +172,9 @@ def cmd_search(args) -> int:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     summary = outcome.summary
-    if summary[layout.M_BEST_TTA] is not None:
-        sp, base = summary[layout.M_SPEEDUP], summary[layout.M_BASELINE_TTA]
-        print(f"\nbest TTA {summary[layout.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
+    if summary[names.M_BEST_TTA] is not None:
+        sp, base = summary[names.M_SPEEDUP], summary[names.M_BASELINE_TTA]
+        print(f"\nbest TTA {summary[names.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
               + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
     elif any(r.predicted for r in outcome.rows):
         print("\nno trial reached the target inside its budget: ranked by predicted TTA (a prediction, marked ~)")
@@ -202,7 +203,7 @@ def cmd_search(args) -> int:
 def _where_to_look(uri: str, name: str) -> str:
     """Where the user compares the trials: the tracking server's page of the search's runs, or a UI
     to start on a local store."""
-    from autospeed.track.layout import redact
+    from autospeed.track.store import redact
 
     shown = redact(uri)
     if uri.startswith(("http://", "https://")):  # a tracking server: its UI is up already
@@ -218,7 +219,7 @@ def _resume_command(args) -> str:
     """The exact command that continues this search (credentials in the URI hidden)."""
     import shlex
 
-    from autospeed.track.layout import redact
+    from autospeed.track.store import redact
 
     words = ["autospeed", "search", "--space", args.space]
     for flag in ("script", "name", "tracking_uri", "storage_path", "ray_address"):
@@ -229,10 +230,10 @@ def _resume_command(args) -> str:
 
 def cmd_export(args) -> int:
     from autospeed.recipe import load_recipe
-    from autospeed.track import layout
     from autospeed.track.export import compile_lines, export, speedup_lines
+    from autospeed.track.store import connect, resolve_tracking_uri
 
-    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
     from autospeed.track.runs import tta_text
 
@@ -251,12 +252,12 @@ def cmd_export(args) -> int:
 
 def cmd_explain(args) -> int:
     from autospeed.search.ablation import explain
-    from autospeed.track import layout
+    from autospeed.track.store import connect, resolve_tracking_uri
 
     if args.repeats is not None and args.repeats < 1:
         raise UserError(f"--repeats: {args.repeats} is not a number of rounds; give 1 or more (default: the "
                         f"search's confirm.repeats)")
-    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     explain(client, args.name, args.storage_path, args.repeats)
     print(f"recorded on search '{args.name}': autospeed export writes it as measured.ablation, autospeed report "
           f"draws it")
@@ -266,9 +267,9 @@ def cmd_explain(args) -> int:
 def cmd_report(args) -> int:
     from autospeed.search import search_root
     from autospeed.show.report import write_report
-    from autospeed.track import layout
+    from autospeed.track.store import connect, resolve_tracking_uri
 
-    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     searches = search_root(args.storage_path, args.name) if args.storage_path else None
     report = write_report(client, args.name, args.out, searches=searches)
     print(report.leaderboard)
@@ -281,9 +282,9 @@ def cmd_report(args) -> int:
 
 def cmd_ui(args) -> int:
     from autospeed.show.ui import serve
-    from autospeed.track import layout
+    from autospeed.track.store import resolve_tracking_uri
 
-    return serve(layout.resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
+    return serve(resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
 
 
 def cmd_validate(args) -> int:
@@ -315,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", required=True, help="recipe YAML (e.g. best.yaml from `autospeed export`)")
     t.add_argument("--script", help="your training script (autospeed.init inside); its arguments follow --")
     t.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    # default: autospeed.track.layout.DEFAULT_TRAIN_EXPERIMENT, not imported here: no tracking import without tracking
+    # default: autospeed.track.names.DEFAULT_TRAIN_EXPERIMENT, not imported here: no tracking import without tracking
     t.add_argument("--experiment", help="MLflow experiment for the run (default: autospeed-train)")
     t.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
     t.add_argument("--json", action="store_true", help="print the result object as JSON on stdout")

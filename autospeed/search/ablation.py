@@ -39,7 +39,7 @@ from autospeed.recipe import Recipe
 from autospeed.search.confirm import SEED_OFFSET, Candidate, describe, train_and_log
 from autospeed.search.confirm_ledger import RunLedger
 from autospeed.space import SearchSpec
-from autospeed.track import layout
+from autospeed.track import names, writers
 
 NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
                              "epochs", "eval_every_epochs", "seed", "device", "measured"})
@@ -156,13 +156,13 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candi
             for c in order:
                 seed = winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
                 knob = c.name.removeprefix("without ") if c is not reference else "none"
-                kept = result = ledger.kept_result(layout.KIND_ABLATION, c.trial_id, r, knob)
+                kept = result = ledger.kept_result(names.KIND_ABLATION, c.trial_id, r, knob)
                 if kept is not None:
                     c.record(kept)
                 else:
                     ledger.watch("the ablation")
-                    result = train_and_log(ledger, c, r, seed, layout.KIND_ABLATION, spec,
-                                           {layout.TAG_ABLATION_KNOB: knob})
+                    result = train_and_log(ledger, c, r, seed, names.KIND_ABLATION, spec,
+                                           {names.TAG_ABLATION_KNOB: knob})
                 done += 1
                 print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}"
                       + (" (finished before the resume: kept)" if kept is not None else ""), file=console, flush=True)
@@ -171,8 +171,8 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candi
               "trains only the rest", file=sys.stderr)
         return None
     record = {a.knob: a.as_dict(speedup) for a in ablated}
-    layout.log_batch(ledger.out, parent.info.run_id,
-                tags={layout.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
+    writers.log_batch(ledger.out, parent.info.run_id,
+                tags={names.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
     text = format_ablation(ablated, speedup)
     ledger.out.log_text(parent.info.run_id, text, "ablation.txt")
     print(text, file=console, flush=True)
@@ -216,9 +216,9 @@ def explain(client, name: str, storage_path: str | None = None, repeats: int | N
     state = folder.read_state()
     spec = SearchSpec.model_validate(state["spec"])
     parent = res.find_parent(client, name, state.get("search_id"))
-    winner_id = parent.data.tags.get(layout.TAG_CONFIRMED_BEST)
-    speedup = parent.data.metrics.get(layout.M_CONFIRM_SPEEDUP)
-    if winner_id is None or layout.M_CONFIRM_MEDIAN not in parent.data.metrics:
+    winner_id = parent.data.tags.get(names.TAG_CONFIRMED_BEST)
+    speedup = parent.data.metrics.get(names.M_CONFIRM_SPEEDUP)
+    if winner_id is None or names.M_CONFIRM_MEDIAN not in parent.data.metrics:
         raise RunFailure(f"search '{name}' has no confirmed winner to explain; set confirm.repeats (>= 1) in its "
                          f"space file and search again")
     candidates = pick_candidates(client, parent, top_k=max(1, spec.confirm.top_k))

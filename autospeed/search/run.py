@@ -31,7 +31,8 @@ from autospeed.search.storage import (
     write_refused,
 )
 from autospeed.space import Param, SearchSpec
-from autospeed.track import layout, runs
+from autospeed.track import names, runs, writers
+from autospeed.track.store import connect, interrupts_held, resolve_tracking_uri
 
 PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
 
@@ -82,8 +83,8 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     """
     wall_start = time.perf_counter()
     _check_workers_fit(spec, space_path)  # bad input: before the store, the dataset or Ray are touched
-    uri = layout.resolve_tracking_uri(tracking_uri)
-    client = layout.connect(uri)
+    uri = resolve_tracking_uri(tracking_uri)
+    client = connect(uri)
     root = search_root(storage_path, spec.name)
     check_writable(root)
     with search_lock(root, spec.name):
@@ -139,7 +140,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         reopen_parent(client, parent_id)
         if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
             search_dir.write_state({**search_dir.read_state(), "trials": total})
-            client.set_tag(parent_id, layout.TAG_TRIALS, str(total))
+            client.set_tag(parent_id, names.TAG_TRIALS, str(total))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
@@ -156,7 +157,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     previous_sigterm = sigterm_as_sigint()
     outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
     # a resumed search adds to what its earlier sessions spent exploring
-    explored_seconds = parent_run.data.metrics.get(layout.M_EXPLORATION_SECONDS, 0.0)
+    explored_seconds = parent_run.data.metrics.get(names.M_EXPLORATION_SECONDS, 0.0)
     try:
         explore_start = time.perf_counter()
         outcome.phase_seconds["start-up (data, Ray, tracking)"] = explore_start - wall_start
@@ -168,8 +169,8 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
             raise Interrupted(halt)
         explored_seconds += time.perf_counter() - explore_start
         outcome.phase_seconds["probe and trials"] = time.perf_counter() - explore_start
-        with layout.interrupts_held():
-            layout.log_batch(client, parent_id, layout.metrics({layout.M_EXPLORATION_SECONDS: explored_seconds}))
+        with interrupts_held():
+            writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_SECONDS: explored_seconds}))
         if previous_sigterm is not None:  # on the main thread, where handlers can be set
             # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
             signal.signal(signal.SIGINT, previous_sigint)
@@ -353,7 +354,7 @@ def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_secon
     """Once a baseline run's cost is known: the probe and trials' wall seconds in baseline runs, printed on a line
     of its own and logged on the parent. A baseline run = its confirmation runs' median wall to target (process
     start to target, as the exploration's seconds are wall seconds), or the given confirm.baseline_tta_seconds."""
-    measured = client.get_run(parent_id).data.metrics.get(layout.M_CONFIRM_BASELINE_WALL_MEDIAN)
+    measured = client.get_run(parent_id).data.metrics.get(names.M_CONFIRM_BASELINE_WALL_MEDIAN)
     base, what = ((measured, "its median wall to target") if measured
                   else (spec.confirm.baseline_tta_seconds, "its given TTA"))
     if not base:
@@ -361,8 +362,8 @@ def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_secon
     runs_ = explored_seconds / base
     print(f"exploration: {explored_seconds:.1f} s wall (probe and trials) = {runs_:.2f} baseline runs "
           f"({what}, {base:.1f} s)", file=console, flush=True)
-    with layout.interrupts_held():
-        layout.log_batch(client, parent_id, layout.metrics({layout.M_EXPLORATION_BASELINE_RUNS: runs_}))
+    with interrupts_held():
+        writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_BASELINE_RUNS: runs_}))
 
 
 def _confirm(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome) -> None:
@@ -405,7 +406,7 @@ def _write_best(session: SearchSession, name: str) -> Path:
 
     # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
     path, _ = export(session.client, name, session.search_dir.best_yaml, session.search_id)
-    with layout.interrupts_held():
+    with interrupts_held():
         session.client.log_artifact(session.parent_id, str(path))
     return path
 

@@ -16,10 +16,10 @@ from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
 from autospeed.predict import format_predicted
 from autospeed.recipe import Target, target_from
-from autospeed.track import layout
+from autospeed.track import names, writers
 
 # the note of a trial in a search without `predict` (autospeed/search/curve.py): nothing to say about it
-PREDICT_OFF_NOTE = layout.TTA_NOTE_PREDICT_OFF
+PREDICT_OFF_NOTE = names.TTA_NOTE_PREDICT_OFF
 
 KEY_KNOBS = ("batch_size", "accumulation_steps", "workers", "lr", "schedule", "precision", "compile", "optimizer")
 
@@ -45,7 +45,7 @@ class TrialRow:
     best_value: float | None = None  # best value of the target metric, in its direction
     applied: dict[str, Any] = field(default_factory=dict)  # what took effect (the trainer's `applied`)
     # Long jobs (docs/design.md "Long jobs: predicted time to target"): where the TTA comes from, measured | predicted |
-    # none (layout.TTA_*); "" reads a run from before the tag: measured when it reached, else none
+    # none (names.TTA_*); "" reads a run from before the tag: measured when it reached, else none
     tta_source: str = ""
     tta_predicted_seconds: float | None = None  # a prediction, never a measurement: tta_seconds stays None
     tta_predicted_low_seconds: float | None = None  # its 80% interval
@@ -54,14 +54,14 @@ class TrialRow:
 
     def __post_init__(self) -> None:
         if self.reached:  # a measurement is a measurement, whatever a tag says
-            self.tta_source = layout.TTA_MEASURED
+            self.tta_source = names.TTA_MEASURED
         elif not self.tta_source:
-            self.tta_source = layout.TTA_NONE
+            self.tta_source = names.TTA_NONE
 
     @property
     def predicted(self) -> bool:
         """Its TTA is a prediction (the curve extrapolated to the target), not a measurement."""
-        return self.tta_source == layout.TTA_PREDICTED and self.tta_predicted_seconds is not None
+        return self.tta_source == names.TTA_PREDICTED and self.tta_predicted_seconds is not None
 
     @property
     def no_prediction_note(self) -> str | None:
@@ -82,7 +82,7 @@ class TrialRow:
     def knobs(self) -> str:
         """The key knobs; `workers` (the devices a TTA used) only for a data-parallel trial. A knob set that
         did not act is marked, `optimizer=muon (ran adamw)` in place or `attention=math (n/a)` after them."""
-        marks = {m.split("=", 1)[0]: m for m in layout.not_applied_marks(self.applied)}
+        marks = {m.split("=", 1)[0]: m for m in writers.not_applied_marks(self.applied)}
         shown = [marks.pop(k, f"{k}={_short(self.params[k])}") for k in KEY_KNOBS
                  if k in self.params and not (k == "workers" and self.params[k] == "1")]
         return " ".join(shown + list(marks.values()))
@@ -109,9 +109,9 @@ def find_parent(client, name: str, search_id: str | None = None):
     exp = client.get_experiment_by_name(name)
     if exp is None:
         raise RunFailure(f"no search named '{name}' in this tracking store; check --name and --tracking-uri")
-    flt = f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'"
+    flt = f"tags.`{names.TAG_KIND}` = '{names.KIND_SEARCH}'"
     if search_id:
-        flt += f" and tags.`{layout.TAG_SEARCH_ID}` = '{search_id}'"
+        flt += f" and tags.`{names.TAG_SEARCH_ID}` = '{search_id}'"
     runs = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise RunFailure(f"experiment '{name}' holds no autospeed search run; run `autospeed search` first")
@@ -125,8 +125,8 @@ ENDED = "attributes.status != 'RUNNING' and attributes.status != 'KILLED'"
 def child_runs(client, parent, kind: str | None = None, tags: dict[str, str] | None = None, where: str = "") -> list:
     """Every child run of the search `parent` (paged: none left out), of one `kind` and with these `tags` values
     where given, and matching `where` (an MLflow filter clause, e.g. ENDED or "attributes.status = 'RUNNING'")."""
-    clauses = [f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}'"]
-    clauses += [f"tags.`{key}` = '{value}'" for key, value in ({layout.TAG_KIND: kind} if kind else {}).items()]
+    clauses = [f"tags.`{names.TAG_PARENT}` = '{parent.info.run_id}'"]
+    clauses += [f"tags.`{key}` = '{value}'" for key, value in ({names.TAG_KIND: kind} if kind else {}).items()]
     clauses += [f"tags.`{key}` = '{value}'" for key, value in (tags or {}).items()]
     flt = " and ".join(clauses + ([where] if where else []))
     out, token = [], None
@@ -138,27 +138,27 @@ def child_runs(client, parent, kind: str | None = None, tags: dict[str, str] | N
             return out
 
 
-def trial_rows(client, parent, kind: str = layout.KIND_TRIAL, runs: list | None = None) -> list[TrialRow]:
+def trial_rows(client, parent, kind: str = names.KIND_TRIAL, runs: list | None = None) -> list[TrialRow]:
     """The search's child runs of one kind as rows; `runs` reuses an earlier child_runs() listing."""
     rows = []
     for run in child_runs(client, parent) if runs is None else runs:
         tags, m = run.data.tags, run.data.metrics
-        if tags.get(layout.TAG_KIND) != kind:
+        if tags.get(names.TAG_KIND) != kind:
             continue
         rows.append(TrialRow(
-            run_id=run.info.run_id, trial_id=tags.get(layout.TAG_TRIAL_ID, ""), kind=kind,
-            baseline=tags.get(layout.TAG_BASELINE) == "true", status=tags.get(layout.TAG_STATUS, Status.RUNNING.value),
-            tta_seconds=m.get(layout.M_TTA), best_val_accuracy=m.get(layout.M_BEST_VAL_ACCURACY),
-            objective=m.get(layout.M_OBJECTIVE), wall_seconds=m.get(layout.M_WALL_SECONDS),
+            run_id=run.info.run_id, trial_id=tags.get(names.TAG_TRIAL_ID, ""), kind=kind,
+            baseline=tags.get(names.TAG_BASELINE) == "true", status=tags.get(names.TAG_STATUS, Status.RUNNING.value),
+            tta_seconds=m.get(names.M_TTA), best_val_accuracy=m.get(names.M_BEST_VAL_ACCURACY),
+            objective=m.get(names.M_OBJECTIVE), wall_seconds=m.get(names.M_WALL_SECONDS),
             params=dict(run.data.params), start_ms=run.info.start_time or 0,
-            error=tags.get(layout.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(layout.TAG_DUPLICATE_OF),
-            node=tags.get(layout.TAG_NODE), device=tags.get(layout.TAG_DEVICE_NAME),
+            error=tags.get(names.TAG_ERROR), metrics=dict(m), duplicate_of=tags.get(names.TAG_DUPLICATE_OF),
+            node=tags.get(names.TAG_NODE), device=tags.get(names.TAG_DEVICE_NAME),
             # runs from before targets were general logged only best_val_accuracy
-            best_value=m.get(layout.M_BEST_VALUE, m.get(layout.M_BEST_VAL_ACCURACY)),
-            applied=json.loads(tags.get(layout.TAG_APPLIED) or "{}"),
-            tta_source=tags.get(layout.TAG_TTA_SOURCE, ""), tta_predicted_seconds=m.get(layout.M_TTA_PREDICTED),
-            tta_predicted_low_seconds=m.get(layout.M_TTA_PREDICTED_LOW),
-            tta_predicted_high_seconds=m.get(layout.M_TTA_PREDICTED_HIGH), tta_note=tags.get(layout.TAG_TTA_NOTE),
+            best_value=m.get(names.M_BEST_VALUE, m.get(names.M_BEST_VAL_ACCURACY)),
+            applied=json.loads(tags.get(names.TAG_APPLIED) or "{}"),
+            tta_source=tags.get(names.TAG_TTA_SOURCE, ""), tta_predicted_seconds=m.get(names.M_TTA_PREDICTED),
+            tta_predicted_low_seconds=m.get(names.M_TTA_PREDICTED_LOW),
+            tta_predicted_high_seconds=m.get(names.M_TTA_PREDICTED_HIGH), tta_note=tags.get(names.TAG_TTA_NOTE),
         ))
     return rows
 
@@ -343,9 +343,9 @@ def summary_metrics(rows: list[TrialRow]) -> dict[str, Any]:
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     return {
-        layout.M_BEST_TTA: best.tta_seconds if best else None,
-        layout.M_BASELINE_TTA: base.tta_seconds if base and base.reached else None,
-        layout.M_SPEEDUP: speedup(base, best),
+        names.M_BEST_TTA: best.tta_seconds if best else None,
+        names.M_BASELINE_TTA: base.tta_seconds if base and base.reached else None,
+        names.M_SPEEDUP: speedup(base, best),
         "trials_total": len(rows),
         "trials_duplicate": sum(1 for r in rows if r.duplicate_of),
         **{f"trials_{s}": n for s, n in counts.items()},

@@ -36,7 +36,7 @@ from autospeed.show.report.figures import (
     plot_tta,
 )
 from autospeed.show.report.page import render_html
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track import runs as res
 from autospeed.yamlio import write_atomic
 
@@ -91,7 +91,7 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
     if d.ablation:
-        confirmed_speedup = d.parent.data.metrics.get(layout.M_CONFIRM_SPEEDUP)
+        confirmed_speedup = d.parent.data.metrics.get(names.M_CONFIRM_SPEEDUP)
         figures["ablation"] = (plot_ablation(d, confirmed_speedup, out / "ablation.png"),
                                "Why it is faster: the winner re-timed with each knob that differs from the baseline "
                                "set back to the baseline's value, one at a time, in fresh processes beside the winner "

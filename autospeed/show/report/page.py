@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autospeed.show.report.data import SearchData
 from autospeed.show.report.figures import STATUS_COLOURS
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track import runs as res
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}
@@ -36,27 +36,27 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
     winner = d.winner
     counts = ", ".join(f"{k.removeprefix('trials_')} {v}" for k, v in summary.items()
                        if k.startswith("trials_") and k != "trials_total")
-    cards = [("best TTA (search, 1 run)", _fmt(summary[layout.M_BEST_TTA], " s")),
-             ("baseline TTA (1 run)", _fmt(summary[layout.M_BASELINE_TTA], " s")),
-             ("speed-up (search)", _fmt(summary[layout.M_SPEEDUP], "x")),
+    cards = [("best TTA (search, 1 run)", _fmt(summary[names.M_BEST_TTA], " s")),
+             ("baseline TTA (1 run)", _fmt(summary[names.M_BASELINE_TTA], " s")),
+             ("speed-up (search)", _fmt(summary[names.M_SPEEDUP], "x")),
              ("trials", f"{summary['trials_total']}")]
     if d.predicted:  # predictions get cards of their own, named so: never in a measured card
         first = next(r for r in res.ranked(d.rows) if r.predicted)
-        if summary[layout.M_BEST_TTA] is None:
+        if summary[names.M_BEST_TTA] is None:
             cards.insert(1, ("best TTA (predicted)", res.tta_text(first)))
         if d.baseline is not None and d.baseline.predicted:
             cards.insert(-1, ("baseline TTA (predicted)", res.tta_text(d.baseline)))
         top = res.ranked(d.rows)[0]
         if res.predicted_speedup(d.baseline, top):
             cards.insert(-1, ("speed-up (search, predicted)", res.speedup_text(d.baseline, top)))
-    if layout.M_CONFIRM_MEDIAN in m:
-        low, high = m.get(layout.M_CONFIRM_SPEEDUP_CI_LOW), m.get(layout.M_CONFIRM_SPEEDUP_CI_HIGH)
+    if names.M_CONFIRM_MEDIAN in m:
+        low, high = m.get(names.M_CONFIRM_SPEEDUP_CI_LOW), m.get(names.M_CONFIRM_SPEEDUP_CI_HIGH)
         interval = (f"{low:.2f}x to {high:.2f}x" if low is not None and high is not None else
-                    "too few repeats for an interval" if m.get(layout.M_CONFIRM_REPEATS, 0) < 3 else "none")
-        cards += [("confirmed median TTA", _fmt(m.get(layout.M_CONFIRM_MEDIAN), " s")),
-                  ("confirmed speed-up (train clock)", _fmt(m.get(layout.M_CONFIRM_SPEEDUP), "x")),
+                    "too few repeats for an interval" if m.get(names.M_CONFIRM_REPEATS, 0) < 3 else "none")
+        cards += [("confirmed median TTA", _fmt(m.get(names.M_CONFIRM_MEDIAN), " s")),
+                  ("confirmed speed-up (train clock)", _fmt(m.get(names.M_CONFIRM_SPEEDUP), "x")),
                   ("its 90% interval", interval),
-                  ("speed-up on the wall to target", _fmt(m.get(layout.M_CONFIRM_WALL_SPEEDUP), "x"))]
+                  ("speed-up on the wall to target", _fmt(m.get(names.M_CONFIRM_WALL_SPEEDUP), "x"))]
     env = d.environment
     where = ", ".join(f"{k} {env[k]}" for k in ("device_name", "cpu_count", "torch", "cuda", "autospeed") if k in env)
     placement = res.placement_note(d.rows)
