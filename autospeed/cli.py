@@ -35,6 +35,7 @@ def cmd_train(args) -> int:
     from autospeed.recipe import load_recipe
     from autospeed.run_recipe import train
     from autospeed.script.options import is_script
+    from autospeed.show import summaries
     from autospeed.train.environment import differences, environment
     from autospeed.train.trainer import pick_device
     from autospeed.workloads import check_target, load_workload
@@ -62,10 +63,7 @@ def cmd_train(args) -> int:
                   f"its measured speed may not hold here", file=sys.stderr)
 
     out = sys.stderr if args.json else sys.stdout
-    on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
-    what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
-    print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
-          f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
+    print(summaries.train_start_line(recipe, target, here["device_name"]), file=out)
     cache = None if args.no_compile_cache else _shipped_compile_cache(recipe, args.config, out)
     from autospeed.train.on_track import on_track_for
 
@@ -106,21 +104,7 @@ def cmd_train(args) -> int:
         shown = {k: v for k, v in result.to_dict().items() if k != "history"}
         print(json.dumps({**shown, **({"prediction": prediction} if prediction else {})}, indent=2))
     else:
-        tta = f"{result.tta_seconds:.2f} s" if result.tta_seconds is not None else "-"
-        best = f"{result.best_value:.4f}" if result.best_value is not None else "-"
-        wall = (f", wall to target {result.wall_to_target_seconds:.2f} s (from {result.wall_clock_origin})"
-                if result.wall_to_target_seconds is not None else "")
-        print(f"status {result.status}  TTA {tta} (train clock){wall}  best {target.metric} {best}  "
-              f"train {result.train_seconds:.2f} s  wall {result.wall_seconds:.2f} s  "
-              f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s"
-              + (f" ({result.tokens_per_second:,.0f} tokens/s)" if result.tokens_per_second is not None else "")
-              + (f"  MFU {result.mfu:.1%} of the dense bf16 peak" if result.mfu is not None else "")
-              + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
-        from autospeed.track.writers import not_applied_marks  # standard library only
-
-        not_applied = not_applied_marks(result.applied)  # what the trainer saw act, not what the recipe asked
-        if not_applied:
-            print(f"not applied on {result.applied['device']}: {', '.join(not_applied)}")
+        print("\n".join(summaries.train_result_lines(result, target)))
     if result.error:
         _err(f"run {result.status}: {result.error}")
     return EXIT_FAILURE if result.status.infeasible else EXIT_OK
@@ -154,9 +138,8 @@ def cmd_search(args) -> int:
     from pathlib import Path
 
     from autospeed.search import run_search
-    from autospeed.search.confirm_text import summary_lines
+    from autospeed.show.summaries import search_summary_lines
     from autospeed.space import load_spec, with_script
-    from autospeed.track import names
 
     spec = with_script(load_spec(args.space), args.script, args.script_args)
     if args.trials is not None and args.trials < 1:
@@ -171,26 +154,7 @@ def cmd_search(args) -> int:
         _err(f"search stopped: {e}")
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    summary = outcome.summary
-    if summary[names.M_BEST_TTA] is not None:
-        sp, base = summary[names.M_SPEEDUP], summary[names.M_BASELINE_TTA]
-        print(f"\nbest TTA {summary[names.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
-              + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
-    elif any(r.predicted for r in outcome.rows):
-        print("\nno trial reached the target inside its budget: ranked by predicted TTA (a prediction, marked ~)")
-    else:
-        print("\nno trial reached the target")
-    confirmed = outcome.confirmation
-    if confirmed is not None:  # the confirmed best, its speed-up and what confirmation cost in baseline runs
-        print("\n".join(summary_lines(confirmed)))
-    if outcome.best_path is not None:
-        print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
-    if confirmed is not None and confirmed.winner is not None and not confirmed.winner.baseline \
-            and not spec.confirm.ablation:
-        print(f"why it is faster, knob by knob: autospeed explain --name {spec.name}  (the winner re-timed with "
-              f"each knob set back to the baseline's, {spec.confirm.repeats} fresh runs per knob and of the winner)")
-    print(f"search took {outcome.wall_seconds:.1f} s wall ({outcome.phases_text()}); "
-          f"{_where_to_look(outcome.tracking_uri, spec.name)}")
+    print("\n".join(search_summary_lines(outcome, spec)))
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
@@ -198,21 +162,6 @@ def cmd_search(args) -> int:
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK
-
-
-def _where_to_look(uri: str, name: str) -> str:
-    """Where the user compares the trials: the tracking server's page of the search's runs, or a UI
-    to start on a local store."""
-    from autospeed.track.store import redact
-
-    shown = redact(uri)
-    if uri.startswith(("http://", "https://")):  # a tracking server: its UI is up already
-        from autospeed.show.ui import experiment_path
-
-        return (f"compare trials: {shown.rstrip('/')}{experiment_path(uri, name)}  (the MLflow tracking server); "
-                f"figures: autospeed report --name {name} --tracking-uri {shown}")
-    return (f"compare trials: mlflow ui --backend-store-uri {shown}  (or: autospeed ui --name {name}); "
-            f"figures: autospeed report --name {name}")
 
 
 def _resume_command(args) -> str:
@@ -230,23 +179,13 @@ def _resume_command(args) -> str:
 
 def cmd_export(args) -> int:
     from autospeed.recipe import load_recipe
-    from autospeed.track.export import compile_lines, export, speedup_lines
+    from autospeed.show.summaries import export_lines
+    from autospeed.track.export import export
     from autospeed.track.store import connect, resolve_tracking_uri
 
     client = connect(resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
-    from autospeed.track.runs import tta_text
-
-    # the trial's own search TTA: measured, or predicted and marked ~ (runs.tta_text)
-    tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else tta_text(best)
-    print(f"wrote {path}: trial {best.trial_id}, search TTA {tta}; train it with: autospeed train --config {path}")
-    measured = load_recipe(path).measured
-    for line in speedup_lines(measured) + compile_lines(measured):
-        print(line)
-    if measured is not None and measured.compile_cache:
-        cache = path.parent / measured.compile_cache
-        print(f"wrote {cache}: torch.compile's cache of this recipe ({cache.stat().st_size / 1e6:.1f} MB); "
-              f"autospeed train loads it before compiling (keep it beside {path.name})")
+    print("\n".join(export_lines(path, best, load_recipe(path).measured)))
     return EXIT_OK
 
 
@@ -267,16 +206,13 @@ def cmd_explain(args) -> int:
 def cmd_report(args) -> int:
     from autospeed.search import search_root
     from autospeed.show.report import write_report
+    from autospeed.show.summaries import report_lines
     from autospeed.track.store import connect, resolve_tracking_uri
 
     client = connect(resolve_tracking_uri(args.tracking_uri))
     searches = search_root(args.storage_path, args.name) if args.storage_path else None
     report = write_report(client, args.name, args.out, searches=searches)
-    print(report.leaderboard)
-    print(f"\nwrote {report.html_path} ({len(report.figures)} figures: "
-          f"{', '.join(p.name for p in report.figures)}); logged under the search run's artifacts 'report/'")
-    for note in report.notes:
-        print(f"note: {note}")
+    print("\n".join(report_lines(report)))
     return EXIT_OK
 
 
@@ -288,21 +224,17 @@ def cmd_ui(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    from autospeed.show.summaries import validate_line
     from autospeed.space import load_spec
 
-    spec = load_spec(args.space)
-    print(f"{args.space}: ok ({spec.name}: {len(spec.space)} parameters, {spec.budget.trials} trials, "
-          f"workload {spec.workload})")
+    print(validate_line(args.space, load_spec(args.space)))
     return EXIT_OK
 
 
 def cmd_workloads(args) -> int:
-    from autospeed.workloads import describe, offered_metrics
+    from autospeed.show.summaries import workloads_lines
 
-    for name, line in describe():
-        metrics = ", ".join(f"{k} ({m.mode})" for k, m in offered_metrics(name).items())
-        print(f"{name:<10} {line} Metrics: {metrics}.")
-    print(f"{'<plugin>':<10} package.module:factory returning autospeed.workloads.Workload (see docs/workloads.md)")
+    print("\n".join(workloads_lines()))
     return EXIT_OK
 
 

@@ -96,7 +96,8 @@ TRAIN = ("autospeed/train/", "autospeed/run_recipe.py", "autospeed/recipe.py",
                                                  "_memory_limit.py")))
 BUILTIN, LM_DATA = "autospeed/workloads/_builtin.py", "autospeed/workloads/_lm.py"
 SEARCH = (*TRAIN, "autospeed/search/", "autospeed/track/", "autospeed/space.py", "autospeed/space_sections.py",
-          "autospeed/outcome.py", "autospeed/predict.py", "autospeed/cli.py")
+          "autospeed/outcome.py", "autospeed/predict.py", "autospeed/cli.py", "autospeed/show/summaries.py",
+          "autospeed/show/leaderboard.py")
 PACKAGE = ("autospeed/",)
 TIMING = ("experiments/_common.py",)
 FAST, LM, SMOKE, LONG = (f"search_spaces/{n}.yaml" for n in ("fast", "lm", "smoke", "long"))

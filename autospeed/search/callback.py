@@ -22,6 +22,7 @@ from autospeed.search.records import RERUN_OF
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir, unwritable
 from autospeed.search.trainable import FINAL, recipe_of
+from autospeed.show import leaderboard
 from autospeed.space import SearchSpec
 from autospeed.track import names, runs, writers
 
@@ -76,7 +77,8 @@ class TrialTracker(Callback):
             # only trials that finished: one killed mid-run (KILLED by the resume) trains again into its run
             if r.status != Status.RUNNING and search_dir.finished(r.trial_id) is not None:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
-                                        r.best_value, r.baseline, r.knobs(), predicted=runs.predicted_text(r))
+                                        r.best_value, r.baseline, leaderboard.knobs_text(r),
+                                        predicted=leaderboard.predicted_text(r))
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow client,

@@ -10,6 +10,7 @@ from typing import Any
 
 from autospeed.outcome import Status
 from autospeed.search.storage import SearchDir
+from autospeed.show import leaderboard
 from autospeed.space import SearchSpec
 from autospeed.track import names, runs, writers
 from autospeed.track.store import experiment_id, interrupts_held
@@ -75,7 +76,7 @@ def close_parent(client, parent_id: str, rows: list[runs.TrialRow], killed: bool
     with interrupts_held():
         writers.log_batch(client, parent_id, writers.metrics({k: v for k, v in summary.items() if v is not None}),
                     tags={names.TAG_ERROR: stop_reason[:500]} if stop_reason else None)
-        client.log_text(parent_id, runs.leaderboard_csv(rows), "leaderboard.csv")
+        client.log_text(parent_id, leaderboard.to_csv(rows), "leaderboard.csv")
         status = RunStatus.KILLED if killed else RunStatus.FAILED if stop_reason else RunStatus.FINISHED
         client.set_terminated(parent_id, RunStatus.to_string(status))
 

@@ -30,6 +30,7 @@ from autospeed.search.storage import (
     search_root,
     write_refused,
 )
+from autospeed.show import leaderboard
 from autospeed.space import Param, SearchSpec
 from autospeed.track import names, runs, writers
 from autospeed.track.store import connect, interrupts_held, resolve_tracking_uri
@@ -177,7 +178,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
         outcome.rows = runs.trial_rows(client, client.get_run(parent_id))
         kill_leftovers(client, outcome.rows)
         print(file=console)
-        print(runs.format_leaderboard(outcome.rows), file=console, flush=True)
+        print(leaderboard.table(outcome.rows), file=console, flush=True)
         # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
         ranked = _has_best(outcome.rows, spec.predict.enabled)
         if ranked and not outcome.interrupted and not outcome.stop_reason:

@@ -167,7 +167,7 @@ class SearchView:
     def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_value: float | None,
                       baseline: bool, knobs: str = "", predicted: str | None = None) -> None:
         """A trial that finished before this process started (a resumed search); `predicted` as in `finished`
-        (autospeed.track.runs.predicted_text of its row)."""
+        (autospeed.show.leaderboard.predicted_text of its row)."""
         shown = None if tta_seconds is not None or predicted == _PREDICT_OFF else predicted
         self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs, predicted=shown))
         self.resumed += 1

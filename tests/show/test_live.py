@@ -259,6 +259,7 @@ def test_the_leaderboard_and_the_live_lines_mark_a_knob_that_did_not_act():
     import json
 
     from autospeed.recipe import Recipe
+    from autospeed.show import leaderboard
     from autospeed.track import names, runs, writers
     from autospeed.train.trainer import train
 
@@ -273,7 +274,7 @@ def test_the_leaderboard_and_the_live_lines_mark_a_knob_that_did_not_act():
             tta_seconds=result.tta_seconds, best_val_accuracy=result.best_val_accuracy, objective=result.objective,
             wall_seconds=result.wall_seconds, params={"batch_size": "32", "lr": "0.1"},
             applied=json.loads(tags[names.TAG_APPLIED])))
-    board = runs.format_leaderboard(rows).splitlines()
+    board = leaderboard.table(rows).splitlines()
     trial = next(line for line in board if "trial_00001" in line)
     baseline = next(line for line in board if "baseline" in line)
     assert trial.endswith("batch_size=32 lr=0.1 attention=math (n/a)")

@@ -111,19 +111,20 @@ def test_trial_rows_read_where_each_tta_comes_from_and_rank_predictions_after_me
 
 
 def test_a_run_from_before_the_tag_reads_as_measured_when_it_reached(store):
+    from autospeed.show import leaderboard
     from autospeed.track import runs
 
     row = runs.TrialRow(run_id="r", trial_id="t", kind="trial", baseline=False, status="reached", tta_seconds=3.0,
                         best_val_accuracy=0.95, objective=3.0, wall_seconds=4.0, params={})
-    assert row.tta_source == "measured" and runs.tta_text(row) == "3.00 s"
+    assert row.tta_source == "measured" and leaderboard.tta_text(row) == "3.00 s"
 
 
 # ------------------------------------------------------------------ leaderboard
 def test_the_leaderboard_marks_a_predicted_tta_and_speedup_and_never_prints_one_as_a_measurement(store):
-    from autospeed.track import runs
+    from autospeed.show import leaderboard
 
     rows, by_id = _rows(store)
-    board = runs.format_leaderboard(rows)
+    board = leaderboard.table(rows)
     lines = {tid: next(ln for ln in board.splitlines() if (("baseline" if tid == "t_base" else tid) + " ") in ln)
              for tid in by_id}
     assert "~412 s [300-560]" in lines["t_b"] and "~2.2x" in lines["t_b"]
@@ -139,10 +140,10 @@ def test_the_leaderboard_marks_a_predicted_tta_and_speedup_and_never_prints_one_
 def test_the_leaderboard_csv_carries_the_source_and_the_interval(store):
     import csv
 
-    from autospeed.track import runs
+    from autospeed.show import leaderboard
 
     rows, _ = _rows(store)
-    table = list(csv.DictReader(io.StringIO(runs.leaderboard_csv(rows))))
+    table = list(csv.DictReader(io.StringIO(leaderboard.to_csv(rows))))
     b = next(r for r in table if r["trial_id"] == "t_b")
     assert (b["tta_source"], b["tta_seconds"]) == ("predicted", "")
     assert [float(b[k]) for k in ("tta_predicted_seconds", "tta_predicted_low_seconds",
@@ -178,15 +179,15 @@ def test_the_live_line_of_a_trial_that_did_not_reach_shows_its_prediction_or_why
 
 
 def test_a_resumed_search_shows_its_past_trials_predictions(store):
+    from autospeed.show import leaderboard
     from autospeed.show.live import SearchView
-    from autospeed.track import runs
 
     rows, _ = _rows(store)
     out = io.StringIO()
     view = SearchView(total=6, stream=out, live=False)
     for r in rows:  # as the search's callback seeds a resumed search
         view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds, r.best_value,
-                           r.baseline, r.knobs(), predicted=runs.predicted_text(r))
+                           r.baseline, leaderboard.knobs_text(r), predicted=leaderboard.predicted_text(r))
     lines = [view.trial_line(f) for f in view.done]
     assert any("t_b: not_reached, TTA ~412 s [300-560] (predicted)" in ln for ln in lines)
     assert any("t_c: stopped_early, best acc 0.5000, no prediction (flat: no improvement beyond the noise)" in ln
@@ -217,8 +218,8 @@ def test_the_report_draws_each_prediction_and_marks_it_in_the_page(store):
 
 
 def test_a_search_without_predictions_keeps_its_report(tmp_path, new_store):
+    from autospeed.show import leaderboard
     from autospeed.show.report import write_report
-    from autospeed.track import runs
 
     plain = _store(tmp_path, new_store, predicted=False)
     report = write_report(plain.client, "long", plain.tmp / "report", log_to_mlflow=False)
@@ -231,4 +232,4 @@ def test_a_search_without_predictions_keeps_its_report(tmp_path, new_store):
     assert "~" not in board and "no prediction" not in board and "note: ~" not in board
     assert "6.00 s" in board and "1.00x" not in board  # t_a measured; the baseline never reached: no speed-up
     rows, _ = _rows(plain)
-    assert [runs.predicted_text(r) for r in rows] == [None] * len(rows)
+    assert [leaderboard.predicted_text(r) for r in rows] == [None] * len(rows)

@@ -181,15 +181,16 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
 def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cli_in_process):
     """docs/design.md "Tracking layout": every run records its node; a search whose trials ran on
     more than one node (or device) says so, with a node column, in both tables."""
+    from autospeed.show import leaderboard
     from autospeed.track import names
     from autospeed.track import runs as res
 
     parent = res.find_parent(store.client, "demo")
     one, two = "host-a/" + "1" * 56, "host-a/" + "2" * 56  # one host, two Ray nodes
-    assert res.placement_note(res.trial_rows(store.client, parent)) is None
+    assert leaderboard.placement_note(res.trial_rows(store.client, parent)) is None
     for i, r in enumerate(sorted(res.trial_rows(store.client, parent), key=lambda r: r.trial_id)):
         store.client.set_tag(r.run_id, names.TAG_NODE, one if i % 2 else two)
-    board = res.format_leaderboard(res.trial_rows(store.client, parent))
+    board = leaderboard.table(res.trial_rows(store.client, parent))
     assert "node" in board.splitlines()[0] and "host-a/11111111" in board and "host-a/22222222" in board
     assert board.splitlines()[-1] == ("note: trials ran on 2 nodes (host-a/11111111: 2 trials, host-a/22222222: "
                                       "2 trials); TTAs measured on different nodes or devices compare only as far as "

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autospeed.show import leaderboard
 from autospeed.show.report.data import SearchData, collect, experiment_dir
 from autospeed.show.report.figures import (
     plot_ablation,
@@ -37,7 +38,6 @@ from autospeed.show.report.figures import (
 )
 from autospeed.show.report.page import render_html
 from autospeed.track import names
-from autospeed.track import runs as res
 from autospeed.yamlio import write_atomic
 
 REPORT_ARTIFACT_DIR = "report"
@@ -105,4 +105,4 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     if log_to_mlflow:
         for p in [html_path, *paths]:
             client.log_artifact(d.parent.info.run_id, str(p), REPORT_ARTIFACT_DIR)
-    return Report(html_path, paths, res.format_leaderboard(d.rows), d.notes)
+    return Report(html_path, paths, leaderboard.table(d.rows), d.notes)
