@@ -23,7 +23,6 @@ would have to branch in step. torch only (the metric names from autospeed.track.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -32,6 +31,7 @@ import torch
 from autospeed.track.layout import M_COOLDOWN_PREFIX as PREFIX
 from autospeed.track.layout import M_COOLDOWN_SECONDS as SECONDS
 from autospeed.track.layout import M_COOLDOWN_STEPS as STEPS
+from autospeed.train.run_record import failure
 from autospeed.train.step import Clock, Stepper
 
 
@@ -96,12 +96,7 @@ def branch(cooldown: Cooldown, steps_so_far: int, *, model: torch.nn.Module,
     except Exception as e:  # a measurement that failed leaves the run as it was, and says why
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+        return failure(e)[1][:200]
     finally:
         snapshot.restore()
 
-
-def measured(fields: dict[str, Any], metric: str) -> float | None:
-    """The branch's value of `metric` in a report or history row, None where it has none (or it is not finite)."""
-    value = fields.get(f"{PREFIX}{metric}")
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None

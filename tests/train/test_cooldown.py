@@ -69,3 +69,36 @@ def test_a_trial_cut_by_its_budget_branches_at_its_last_evaluation_off_the_train
     assert cut["cooldown_steps"] == max(1, round(0.2 * cut["step"])) and 0 <= cut["cooldown_val_accuracy"] <= 1
     assert result.wall_seconds >= result.train_seconds + result.cooldown_seconds
     assert result.cooldown_seconds == cut["cooldown_seconds"] > 0
+
+
+def test_a_branch_that_fails_leaves_the_run_as_it_was_and_says_why():
+    """A branch whose second step raises (its first already moved the weights and the optimizer state): the run's
+    weights and AdamW state are back as before it, and the branch hands back the error's line, not a measurement."""
+    from autospeed.train.cooldown import branch
+    from autospeed.train.step import Stepper
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    stepper = Stepper(Recipe(), torch.device("cpu"), {}, 1)
+    x = torch.randn(8, 4)
+    stepper.backward(model(x).square().mean())
+    stepper.step([optimizer])  # the run's one step: AdamW has state
+    weights = [p.detach().clone() for p in model.parameters()]
+    state = [v.clone() for s in optimizer.state.values() for v in s.values()]
+    calls = []
+
+    def backward(batch):
+        calls.append(batch)
+        if len(calls) == 2:
+            raise RuntimeError("out of something\nsecond line")
+        loss = model(batch).square().mean()
+        stepper.backward(loss)
+        return loss
+
+    out = branch(Cooldown(1.0), 4, model=model, optimizers=[optimizer], stepper=stepper,
+                 micro_batches=iter([x] * 4), backward=backward, evaluate=dict, device=torch.device("cpu"))
+    assert out == "RuntimeError: out of something"
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), weights))
+    assert all(torch.equal(a, b) for a, b in zip((v for s in optimizer.state.values() for v in s.values()), state))
+    assert optimizer.param_groups[0]["lr"] == 0.1
