@@ -56,6 +56,12 @@ TAG_WALL_ORIGIN = "autospeed.wall_clock_origin"
 M_TTA_PREDICTED, M_TTA_PREDICTED_LOW, M_TTA_PREDICTED_HIGH = (
     "tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
 TAG_TTA_SOURCE = "autospeed.tta_source"  # measured | predicted | none
+# a wsd trial's cooldown branch (autospeed.train.cooldown), at the evaluation's step: cooldown_<metric> for every
+# metric the workload reports, the branch's optimizer steps and its seconds (off the train clock: exploration
+# cost); final: the seconds of all its branches
+M_COOLDOWN_PREFIX = "cooldown_"
+M_COOLDOWN_STEPS, M_COOLDOWN_SECONDS = f"{M_COOLDOWN_PREFIX}steps", f"{M_COOLDOWN_PREFIX}seconds"
+M_COOLDOWN_TOTAL_SECONDS = f"{M_COOLDOWN_PREFIX}total_seconds"
 # `autospeed train` of an exported winner with a trajectory (autospeed.train.on_track): the predicted TTA it was
 # checked against, measured TTA / predicted, pace (live seconds / predicted seconds to the same metric) at each
 # checkpoint, the verdict and where the prediction came from

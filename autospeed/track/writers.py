@@ -50,7 +50,8 @@ def eval_metrics(event: dict[str, Any], metric_names: Iterable[str] | None = Non
     (`metric_names`, else the event's `metric_names`, else val_accuracy)."""
     reported = list(metric_names if metric_names is not None
                     else event.get(names.METRIC_NAMES) or [names.M_VAL_ACCURACY])
-    return metrics({k: event[k] for k in (*names.EVAL_METRICS, *reported) if event.get(k) is not None},
+    cooldown = [k for k in event if k.startswith(names.M_COOLDOWN_PREFIX) and k != names.M_COOLDOWN_TOTAL_SECONDS]
+    return metrics({k: event[k] for k in (*names.EVAL_METRICS, *reported, *cooldown) if event.get(k) is not None},
                    step=int(event["step"]))
 
 
@@ -67,6 +68,7 @@ def final_metrics(result: dict[str, Any], objective: float | None = None) -> lis
         names.M_COMPILE_SECONDS: result.get("compile_seconds"),
         names.M_PEAK_MEMORY_MB: result.get("peak_memory_mb"),
         names.M_OBJECTIVE: objective,
+        names.M_COOLDOWN_TOTAL_SECONDS: result.get(names.M_COOLDOWN_TOTAL_SECONDS) or None,  # only where it branched
         # a predicted trial's (search/curve.py); absent from every other run
         names.M_TTA_PREDICTED: result.get(names.M_TTA_PREDICTED),
         names.M_TTA_PREDICTED_LOW: result.get(names.M_TTA_PREDICTED_LOW),
