@@ -138,6 +138,7 @@ def cmd_search(args) -> int:
     from pathlib import Path
 
     from autospeed.search import run_search
+    from autospeed.search.confirm_text import summary_lines
     from autospeed.show.summaries import search_summary_lines
     from autospeed.space import load_spec, with_script
 
@@ -154,7 +155,8 @@ def cmd_search(args) -> int:
         _err(f"search stopped: {e}")
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print("\n".join(search_summary_lines(outcome, spec)))
+    confirmation = summary_lines(outcome.confirmation) if outcome.confirmation is not None else []
+    print("\n".join(search_summary_lines(outcome, spec, confirmation)))
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE

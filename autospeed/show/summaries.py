@@ -40,10 +40,10 @@ def train_result_lines(result, target) -> list[str]:
 
 
 # ---------------------------------------------------------------- search
-def search_summary_lines(outcome, spec) -> list[str]:
-    """The search's end: its best TTA against the baseline, the confirmed winner, where best.yaml is, how to ask
-    why the winner is faster, what the search took and where to compare the trials."""
-    from autospeed.search.confirm_text import summary_lines
+def search_summary_lines(outcome, spec, confirmation_lines: list[str]) -> list[str]:
+    """The search's end: its best TTA against the baseline, the confirmed winner (`confirmation_lines`, the
+    confirmation's own text: search/confirm_text.py), where best.yaml is, how to ask why the winner is faster, what
+    the search took and where to compare the trials."""
     from autospeed.track import names
 
     summary = outcome.summary
@@ -59,7 +59,7 @@ def search_summary_lines(outcome, spec) -> list[str]:
         lines.append("\nno trial reached the target")
     confirmed = outcome.confirmation
     if confirmed is not None:  # the confirmed best, its speed-up and what confirmation cost in baseline runs
-        lines.append("\n".join(summary_lines(confirmed)))
+        lines.append("\n".join(confirmation_lines))
     if outcome.best_path is not None:
         lines.append(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
     if confirmed is not None and confirmed.winner is not None and not confirmed.winner.baseline \
