@@ -99,3 +99,16 @@ def test_a_run_on_a_named_gpu_trains_there_with_the_scripts_tf32(fresh_process_t
     assert result.error is None and result.applied["device"] == "cuda"
     assert torch.cuda.current_device() == last and torch.cuda.max_memory_allocated(last) > 0
     assert result.applied["tf32"] is True and torch.backends.cuda.matmul.allow_tf32
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_scripts_device_string_reaches_its_context_unchanged(monkeypatch):
+    import autospeed
+    from autospeed.script import channel
+
+    for key in channel.ENV_KEYS:  # run alone: the script's defaults are the recipe
+        monkeypatch.delenv(key, raising=False)
+    last = torch.cuda.device_count() - 1
+    ctx = autospeed.init(defaults=dict(device=f"cuda:{last}"))
+    assert ctx.device == torch.device("cuda", last) and torch.cuda.current_device() == last
