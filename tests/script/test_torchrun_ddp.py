@@ -72,3 +72,17 @@ def test_the_torchrun_example_run_alone_trains_as_its_plain_version(monkeypatch,
         runpy.run_path(str(EXAMPLE / name), run_name="__main__")
         printed.append(capsys.readouterr().out)
     assert printed[0] == printed[1] and printed[0].count("val accuracy") == 2
+
+
+def test_the_preflight_of_a_two_worker_script_ends_every_worker_after_its_first_step(tmp_path):
+    """The search's preflight runs the script to its first optimizer step: both workers end there, so rank 1 does
+    not die in a DDP collective rank 0 has left (a gloo "Connection reset by peer" traceback in every search's
+    output), and the script's defaults come back."""
+    from autospeed.script.runner import ScriptRun
+
+    recipe = Recipe(workload="script", workload_options={"script": str(EXAMPLE / "train.py"), "args": ["--epochs=1"]},
+                    device="cpu", workers=2, max_train_seconds=60)
+    run = ScriptRun(recipe, 32, 0.0, 1, preflight=True, layers={"workers": 2, "device": "cpu"})
+    run.run(None)
+    assert run.knobs_read is not None and run.defaults["lr"] == 0.05
+    assert not any("Traceback" in line for line in run.tail), "\n".join(run.tail)  # what both workers printed
