@@ -41,6 +41,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from autospeed._ray import stop_ray
 from autospeed.outcome import (
     REMEASURE_RUNS,
     Status,
@@ -54,7 +55,6 @@ from autospeed.outcome import (
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.run_recipe import train_in_fresh_process
 from autospeed.script.options import is_script
-from autospeed.search._ray import stop_ray
 from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
 from autospeed.search.confirm_ledger import RunLedger
 from autospeed.search.confirm_text import CONFIDENCE, compute_line, describe, format_confirmation, format_interval  # noqa: F401
@@ -227,7 +227,7 @@ def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: st
     trial), never in this driver, compiling from a new empty inductor cache unless `confirm.compile_cache: warm`.
     `compile_cache_to`: where a compiled run in a fresh process leaves its torch.compile cache
     (autospeed.train.compile_cache; none from data-parallel workers)."""
-    from autospeed.search.data_parallel import train_on_workers
+    from autospeed.parallel.launch import train_on_workers
 
     threads = _threads(spec)
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autospeed import _ray
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.outcome import Status
 from autospeed.script.options import is_script
-from autospeed.search import _ray
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import counted
 from autospeed.search.resume import resume_state, same_script
@@ -125,7 +125,7 @@ def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, u
     if most_workers > 1:
         import ray
 
-        from autospeed.search.data_parallel import placement_problem
+        from autospeed.parallel.launch import placement_problem
 
         problem = placement_problem(most_workers, threads, spec.resources.gpus_per_trial,
                                     ray.cluster_resources().get("GPU", 0))
@@ -222,7 +222,7 @@ def _check_workers_fit(spec: SearchSpec, space_path: str) -> None:
     most_workers, asked_by = spec.most_workers()
     cpus = spec.resources.cpus_per_trial
     if most_workers > 1 and not spec.resources.gpus_per_trial and cpus:
-        from autospeed.search.data_parallel import placement_problem
+        from autospeed.parallel.launch import placement_problem
 
         problem = placement_problem(most_workers, cpus, 0, 0)
         if problem:

@@ -173,7 +173,8 @@ def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, tr
     stop file, which ASHA writes (data_parallel.request_stop)."""
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from autospeed.search.data_parallel import DRIVER_CPUS, fit, stop_file, worker_threads
+    from autospeed.parallel.launch import fit, worker_threads
+    from autospeed.search.data_parallel import DRIVER_CPUS, stop_file
 
     stop = stop_file(folder.path, trial_id)
     stop.unlink(missing_ok=True)  # a request to this trial's earlier run, which a killed search left: it starts over

@@ -89,6 +89,8 @@ def train(
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
     device = pick_device(recipe)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # cuda:N: its kernels, streams and compiled graphs on that GPU
     clock = Clock(device)  # one clock over every attempt: time lost to an out-of-memory attempt is charged
     for micro in micro_batch_sizes(recipe):
         retry_seconds = clock.total
