@@ -64,7 +64,8 @@ def cmd_train(args) -> int:
     on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
     what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
     print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
-          f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
+          f"(budget {recipe.max_train_seconds:g} s train clock, "
+          f"{f'{recipe.max_steps} steps' if recipe.max_steps else f'{recipe.epochs:g} epochs'})", file=out)
     cache = None if args.no_compile_cache else _shipped_compile_cache(recipe, args.config, out)
     from autospeed.train.on_track import on_track_for
 
@@ -84,7 +85,7 @@ def cmd_train(args) -> int:
     else:
         from autospeed.show.live import TrainProgress
 
-        bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
+        bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out, max_steps=recipe.max_steps)
         if checker is not None:
             checker.say = bar.note
         try:
