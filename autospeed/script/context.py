@@ -30,7 +30,6 @@ search before it spends its budget (autospeed.script.preflight).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
@@ -42,7 +41,15 @@ from autospeed.recipe import Recipe
 from autospeed.script import channel
 from autospeed.script.knob_view import KnobView
 from autospeed.script.options import SCRIPT
-from autospeed.script.prepared import PreparedModel, RecipeSchedule, follow_moved_lr, peak_for_adopted, training_loader
+from autospeed.script.prepared import (
+    PreparedModel,
+    RecipeSchedule,
+    follow_moved_lr,
+    groups_of,
+    peak_for_adopted,
+    set_impl,
+    training_loader,
+)
 from autospeed.script.process import device_for, die_with_parent, join_process_group, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
@@ -291,7 +298,7 @@ class Context(Stepping, Reporting):
         built before it was read). Where the space searches `optimizer`, the recipe's (sgd, adamw) is built on the
         same parameter groups instead, each keeping its own weight_decay and lr."""
         adopted = isinstance(cls, torch.optim.Optimizer)
-        groups = _groups(cls.param_groups if adopted else params)
+        groups = groups_of(cls.param_groups if adopted else params)
         script_lr = self.script_defaults.get("lr")
         if adopted and script_lr is not None and peak_for_adopted(groups, script_lr, self.lr()):
             self._lr_moved.add(id(cls))
@@ -305,7 +312,7 @@ class Context(Stepping, Reporting):
             self.applied["optimizer_class"] = cls.__name__
         if self.config.optimizer == "script":
             self.applied["optimizer"] = "script"
-        self.applied["optimizer_impl"] = _set_impl(optimizer, self.config.optimizer_impl)
+        self.applied["optimizer_impl"] = set_impl(optimizer, self.config.optimizer_impl)
         self._optimizers.append(optimizer)
         return optimizer
 
@@ -378,29 +385,6 @@ class _LrCurve:
             self.schedule.step()
             self.step += 1
         return float(self.optimizer.param_groups[0]["lr"])
-
-
-def _groups(params) -> list[dict[str, Any]]:
-    """Parameter groups as dicts ([] for a plain iterable of parameters, passed through as given)."""
-    if params is None:
-        return []
-    params = list(params)
-    return params if params and isinstance(params[0], dict) else [{"params": params}]
-
-
-def _set_impl(optimizer: torch.optim.Optimizer, impl: str) -> str:
-    """The optimizer switched to torch's `impl` kernels in place (its groups and defaults: what torch reads at
-    each step); what acted: impl, or not_applicable for an optimizer without that switch."""
-    if impl == "default":
-        return impl
-    if impl not in optimizer.defaults and impl not in inspect.signature(type(optimizer)).parameters:
-        return NOT_APPLICABLE
-    other = "foreach" if impl == "fused" else "fused"
-    for settings in (optimizer.defaults, *optimizer.param_groups):
-        settings[impl] = True
-        if settings.get(other):
-            settings[other] = False
-    return impl
 
 
 def micro_batch_size(recipe: Recipe) -> int:

@@ -8,6 +8,8 @@ script goes on as written (Accelerate's `prepare`):
     loader that does not shuffle is still the one the script trains on); it is rebuilt with the batch size and
     the loader knobs, its own shuffling, sampler order and collate_fn kept; any other is an evaluation loader,
     returned as it is;
+  * the optimizer: the same object, its parameter groups kept, switched to the recipe's implementation in place,
+    its groups at the script's own default lr moved to the run's peak;
   * the scheduler: under `schedule: script` the script's own, stepped by the script where it steps it (per
     epoch, per step), as with Accelerate; under a searched schedule a stand-in whose `step()` does nothing, the
     recipe's scheduler being stepped by `ctx.step()` at each optimizer step.
@@ -15,12 +17,14 @@ script goes on as written (Accelerate's `prepare`):
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
+from autospeed.train.optimizers import NOT_APPLICABLE
 from autospeed.train.step import InForwardContext
 
 
@@ -97,3 +101,26 @@ def warn_unstepped(schedulers: list[tuple[Any, int]], steps: int) -> None:
                   f"in {steps} optimizer steps, so its LR stayed where it began; step it where your script did "
                   f"(sched.step(), per epoch or per step: ctx.step() steps only a schedule autospeed builds), or "
                   f"pass it to ctx.step(opt, sched) to step it at each optimizer step", file=sys.stderr, flush=True)
+
+
+def groups_of(params) -> list[dict[str, Any]]:
+    """Parameter groups as dicts ([] for a plain iterable of parameters, passed through as given)."""
+    if params is None:
+        return []
+    params = list(params)
+    return params if params and isinstance(params[0], dict) else [{"params": params}]
+
+
+def set_impl(optimizer: torch.optim.Optimizer, impl: str) -> str:
+    """The optimizer switched to torch's `impl` kernels in place (its groups and defaults: what torch reads at
+    each step); what acted: impl, or not_applicable for an optimizer without that switch."""
+    if impl == "default":
+        return impl
+    if impl not in optimizer.defaults and impl not in inspect.signature(type(optimizer)).parameters:
+        return NOT_APPLICABLE
+    other = "foreach" if impl == "fused" else "fused"
+    for settings in (optimizer.defaults, *optimizer.param_groups):
+        settings[impl] = True
+        if settings.get(other):
+            settings[other] = False
+    return impl
