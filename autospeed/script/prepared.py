@@ -90,10 +90,11 @@ def follow_moved_lr(scheduler) -> None:
     scheduler.base_lrs = [g.get("initial_lr", g["lr"]) for g in groups]
 
 
-def warn_unstepped(schedulers: list[tuple[Any, int]], steps: int) -> None:
-    """A scheduler of the script's own, given to ctx.prepare, that nothing stepped over a whole run of optimizer
-    steps: the script relied on ctx.step() to step it. Said once, with the fix."""
-    if steps < 2:
+def warn_unstepped(schedulers: list[tuple[Any, int]], steps: int, steps_per_epoch: int | None) -> None:
+    """A scheduler of the script's own, given to ctx.prepare, that nothing stepped in a run past its first epoch
+    (a per-epoch scheduler is stepped by then; a run that met its target within the first epoch says nothing):
+    the script relied on ctx.step() to step it. Said once, with the fix."""
+    if steps < 2 or steps_per_epoch is None or steps <= steps_per_epoch:
         return
     for scheduler, at_start in schedulers:
         if scheduler.last_epoch == at_start:

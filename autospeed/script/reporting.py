@@ -129,7 +129,7 @@ class Reporting:
         if status is not None:
             self.record.status, self.record.error = status, error
         if self.is_main:
-            warn_unstepped(self._own_schedulers, self.step_count)
+            warn_unstepped(self._own_schedulers, self.step_count, self.steps_per_epoch)
         self.result = self._result()
         if self.side is not None and self.is_main:
             self.side.send("result", result=jsonable(self.result))

@@ -107,8 +107,9 @@ def test_a_rebound_prepared_model_saves_and_loads_the_scripts_own_checkpoint_key
 def test_a_per_epoch_scheduler_given_to_prepare_is_stepped_where_the_script_steps_it(capfd):
     """mnist's StepLR steps once an epoch. Given to ctx.prepare, ctx.step leaves it alone: the LR holds through an
     epoch's steps and falls at the script's own sched.step(). Under a searched schedule the recipe's moves at each
-    optimizer step and the script's per-epoch step does nothing. A scheduler of the script's that nothing steps
-    is said once at the end."""
+    optimizer step and the script's per-epoch step does nothing. A scheduler of the script's that nothing stepped
+    past the first epoch is said once at the end; a run that ended within its first epoch (mnist met its target
+    there) says nothing."""
     ctx = script_context()
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -129,13 +130,16 @@ def test_a_per_epoch_scheduler_given_to_prepare_is_stepped_where_the_script_step
     stand_in.step()
     assert sgd.param_groups[0]["lr"] == at_four
 
-    forgotten = script_context()
-    lin = nn.Linear(4, 1)
-    sgd = torch.optim.SGD(lin.parameters(), lr=0.1)
-    forgotten.prepare(lin, sgd, torch.optim.lr_scheduler.StepLR(sgd, step_size=1))
-    train_steps(forgotten, lin, sgd, DataLoader(data(), batch_size=8), 3)
-    forgotten.finish()
-    assert "your StepLR (given to ctx.prepare) was never stepped in 3 optimizer steps" in capfd.readouterr().err
+    for steps, said in ((4, False), (5, True)):  # 4 steps an epoch: a per-epoch scheduler is stepped by the 5th
+        forgotten = script_context()
+        lin = nn.Linear(4, 1)
+        sgd = torch.optim.SGD(lin.parameters(), lr=0.1)
+        loader = DataLoader(data(32), batch_size=8)
+        lin, sgd, loader, _ = forgotten.prepare(lin, sgd, loader, torch.optim.lr_scheduler.StepLR(sgd, step_size=1))
+        train_steps(forgotten, lin, sgd, [*loader, *loader], steps)
+        forgotten.finish()
+        err = capfd.readouterr().err
+        assert (f"your StepLR (given to ctx.prepare) was never stepped in {steps} optimizer steps" in err) == said
 
 
 def test_an_optimizer_built_at_the_scripts_lr_takes_the_searched_lr():
