@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import autospeed
 from autospeed.outcome import Status
+from autospeed.recipe import Recipe
 from autospeed.run_recipe import train
 from autospeed.script import channel
 from autospeed.script import context as context_module
@@ -205,6 +206,8 @@ def test_an_iteration_script_runs_its_max_steps_searched_longer_or_shorter():
     assert ctx.report(val_accuracy=0.5) == (True, "schedule")
     bar = TrainProgress(60, 10, ctx.recipe.resolved_target, live=False, max_steps=6)
     assert "step 3/6" in bar.line(_event(ctx, step=3))
+    with pytest.raises(ValueError, match="max_steps is for a user's script"):  # a built-in workload has epochs
+        Recipe(workload="mnist1d", max_steps=6)
 
 
 RESEEDING = textwrap.dedent('''
