@@ -9,6 +9,14 @@ def init(defaults=None):
     return _init(defaults)
 
 
+def context():
+    """The run's knob context from anywhere in a user's script (inside a `train()` function): what `init`
+    returned; an error before `init`."""
+    from autospeed.script.context import context as _context
+
+    return _context()
+
+
 def __getattr__(name: str):
     if name == "__version__":  # read from the installed metadata when asked: `import autospeed` stays cheap
         from autospeed._version import installed_version

@@ -83,7 +83,7 @@ def cmd_train(args) -> int:
     else:
         from autospeed.show.live import TrainProgress
 
-        bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out)
+        bar = TrainProgress(recipe.max_train_seconds, recipe.epochs, target, stream=out, max_steps=recipe.max_steps)
         if checker is not None:
             checker.say = bar.note
         try:

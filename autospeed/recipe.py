@@ -194,6 +194,9 @@ class Recipe(_Strict):
     # a user's script (workload: script) only: evaluate every this many optimizer steps instead (an iteration
     # loop's `eval_interval`); None: every eval_every_epochs
     eval_every_steps: int | None = Field(None, ge=1)
+    # a user's script only: the run's length in optimizer steps (an iteration loop's own `max_iters`, read as
+    # ctx.config.max_steps), the schedule's end instead of `epochs`; None: `epochs` of the training loader
+    max_steps: int | None = Field(None, ge=1)
     seed: int = 0
     # auto (CUDA where visible, else the CPU), cpu, cuda, cuda:N (that GPU; data-parallel workers each take their own),
     # mps: torch's own device strings, so a script's `device` reaches the run as it wrote it
@@ -274,6 +277,8 @@ class Recipe(_Strict):
                                      f"recipe trains workload {self.workload!r}: pick another {key}")
             if self.eval_every_steps is not None:
                 raise ValueError("eval_every_steps is for a user's script (workload: script); use eval_every_epochs")
+            if self.max_steps is not None:
+                raise ValueError("max_steps is for a user's script (workload: script); use epochs")
         if self.eval_every_epochs > self.epochs:
             raise ValueError(
                 f"eval_every_epochs ({self.eval_every_epochs}) must be <= epochs ({self.epochs}); lower it"

@@ -30,7 +30,6 @@ search before it spends its budget (autospeed.script.preflight).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
@@ -42,6 +41,15 @@ from autospeed.recipe import Recipe
 from autospeed.script import channel
 from autospeed.script.knob_view import KnobView
 from autospeed.script.options import SCRIPT
+from autospeed.script.prepared import (
+    PreparedModel,
+    RecipeSchedule,
+    follow_moved_lr,
+    groups_of,
+    peak_for_adopted,
+    set_impl,
+    training_loader,
+)
 from autospeed.script.process import WorkerGroup, device_for, die_with_parent, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
@@ -52,11 +60,14 @@ from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_s
 from autospeed.train.result import process_age_seconds, wall_clock_origin
 from autospeed.train.run_record import RunRecord
 from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
-from autospeed.train.step import Clock, InForwardContext
+from autospeed.train.step import Clock
 
 # A script's own way for each knob it does not give: its own LR schedule and its own optimizer
 SCRIPT_OWN = {"schedule": "script", "optimizer": "script"}
 _TARGET_KEYS = ("target", "target_accuracy")
+# the preflight seeds torch with this, so that a script that seeds torch itself after autospeed.init shows
+PREFLIGHT_SEED = 2_147_483_629
+_current: Context | None = None  # the run's context (autospeed.context())
 
 
 class Context(Stepping, Reporting):
@@ -91,7 +102,9 @@ class Context(Stepping, Reporting):
             torch.set_num_threads(int(threads))
         self.device = device_for(recipe)
         self._group = WorkerGroup(recipe.workers, self.device)  # joined at first use: the script may make it itself
-        torch.manual_seed(recipe.seed)
+        # the preflight: a seed no script picks, so a reseed after init shows (stepping.Stepping._check_seed)
+        self._seeded = PREFLIGHT_SEED if preflight and recipe.seed != PREFLIGHT_SEED else recipe.seed
+        torch.manual_seed(self._seeded)
         self.applied: dict[str, Any] = {
             "device": self.device.type, "workers": recipe.workers,  # the group, once joined, has as many
             "micro_batch_size": micro, "effective_batch": effective_batch(recipe), "data_loader": "dataloader"}
@@ -112,7 +125,10 @@ class Context(Stepping, Reporting):
         self._train_loader = self._train_model = self._forward = self._stepper = self._lr_curve = None
         self._source: str | None = None  # where micro-batches are counted (stepping.LOADER, ACCUMULATE, BACKWARD)
         self._optimizers: list[torch.optim.Optimizer] = []  # every optimizer the context knows (clipping, step)
-        self._schedulers: list[Any] = []  # the schedulers ctx.prepare / ctx.scheduler built or kept
+        self._schedulers: list[Any] = []  # the schedulers ctx.step() steps (ctx.scheduler, a searched schedule)
+        self._searched_schedules: list[Any] = []  # the recipe's, for schedulers given to ctx.prepare: ctx.step's
+        self._own_schedulers: list[tuple[Any, int]] = []  # the script's own, given to ctx.prepare (and their start)
+        self._lr_moved: set[int] = set()  # optimizers whose lr the context set to the run's peak (peak_for_adopted)
         self._unscaled: set[int] = set()  # optimizers whose fp16 gradients this step are unscaled already
         self._micro = self._epochs_started = 0
         self._paused = False
@@ -120,6 +136,8 @@ class Context(Stepping, Reporting):
         self._eval_failed = False
         self.finished = False
         self.result = None
+        global _current
+        _current = self
         if side is not None:
             die_with_parent()
             watch_for_crash(self)
@@ -162,11 +180,14 @@ class Context(Stepping, Reporting):
 
     # ---- building the run ----
     def prepare(self, *objects):
-        """Accelerate's `prepare`: each object with its knobs, in the order given (one object: it alone). A
-        module: `prepare_model`; an optimizer: `optimizer(opt)` (adopted); a shuffled DataLoader: rebuilt by
-        `dataloader` on its dataset (its collate_fn kept; a loader that does not shuffle, for evaluation, is
-        returned as is); an LR scheduler: `scheduler(its optimizer, own=it)`. `ctx.step()` then steps the
-        adopted optimizers and schedulers."""
+        """Accelerate's `prepare`: each object with its knobs, in the order given (one object: it alone), to rebind
+        the script's own names (autospeed.script.prepared). A module: `prepare_model` (its state_dict the
+        script's); an optimizer: `optimizer(opt)` (adopted); the training DataLoader (the one that shuffles, or
+        where none does, the first given): rebuilt by `dataloader` on its dataset, its shuffling and collate_fn
+        kept (any other loader, for evaluation, as is); an LR scheduler: under `schedule: script` the script's
+        own, stepped by the script where it steps it; under a searched schedule the recipe's, stepped by
+        `ctx.step()`. `ctx.step()` steps the adopted optimizers."""
+        train = training_loader(objects, known=self._train_loader is not None)
         out = []
         for obj in objects:
             if isinstance(obj, torch.nn.Module):
@@ -174,54 +195,70 @@ class Context(Stepping, Reporting):
             elif isinstance(obj, torch.optim.Optimizer):
                 out.append(self.optimizer(obj))
             elif isinstance(obj, torch.utils.data.DataLoader):
-                out.append(self._adopt_loader(obj))
+                out.append(self._adopt_loader(obj) if obj is train else obj)
             elif isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
-                out.append(self.scheduler(obj.optimizer, own=obj))
+                out.append(self._adopt_scheduler(obj))
             else:
                 raise TypeError(f"autospeed: ctx.prepare() takes modules, optimizers, DataLoaders and LR "
                                 f"schedulers, got {type(obj).__name__}")
         return out[0] if len(out) == 1 else tuple(out)
 
     def _adopt_loader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
-        """A shuffled loader (training) rebuilt with the loader knobs on its dataset, its collate_fn kept, at the
-        recipe's batch size, or its own where no one set one (then its own is a default of the script's, the base
-        of a search); an unshuffled one (evaluation) as it is."""
-        if not isinstance(loader.sampler, torch.utils.data.RandomSampler):
-            return loader
+        """The training loader rebuilt with the loader knobs on its dataset, its shuffling (and the random source
+        of its order), drop_last and collate_fn kept, at the recipe's batch size, or its own where no one set one
+        (then its own is a default of the script's, the base of a search)."""
         own = loader.batch_size
         self.script_defaults.setdefault("batch_size", own)
         size = None if self._explicit is None or "batch_size" in self._explicit else own
         if size is not None:  # the samples an optimizer step sees, at the loader's own batch size
             workers = self.replicas.world_size if self.replicas else 1
             self._effective = own * self._trained.accumulation_steps * workers
-        return self.dataloader(loader.dataset, drop_last=loader.drop_last, batch_size=size,
-                               collate_fn=loader.collate_fn)
+        shuffled = isinstance(loader.sampler, torch.utils.data.RandomSampler)
+        return self.dataloader(loader.dataset, shuffle=shuffled, drop_last=loader.drop_last, batch_size=size,
+                               collate_fn=loader.collate_fn, train=True, generator=loader.generator)
+
+    def _adopt_scheduler(self, scheduler):
+        """The script's own scheduler under `schedule: script` (the script steps it); the recipe's, stepped by
+        ctx.step(), behind a stand-in whose step() does nothing, under a searched schedule."""
+        if id(scheduler.optimizer) in self._lr_moved:
+            follow_moved_lr(scheduler)
+        if self.config.schedule == "script":
+            self.applied.update({"schedule": "script", "warmup_fraction": NOT_APPLICABLE})
+            self._own_schedulers.append((scheduler, scheduler.last_epoch))
+            return scheduler
+        schedule = build_schedule(self.config, scheduler.optimizer, self._total_steps(), self.applied)
+        self._searched_schedules.append(schedule)
+        return RecipeSchedule(schedule)
 
     def dataloader(self, dataset, shuffle: bool = True, drop_last: bool | None = None, batch_size: int | None = None,
+                   train: bool | None = None, generator: torch.Generator | None = None,
                    **kwargs) -> torch.utils.data.DataLoader:
         """torch's DataLoader with the recipe's batch_size (the micro-batch) and loader knobs (num_workers,
         pin_memory, prefetch_factor, persistent_workers), sharded over data-parallel workers. The first
-        shuffled loader is the training loader: its length sets the epochs and the LR schedule. A loader for
-        evaluation: `shuffle=False` (keeps the last partial batch) and its own `batch_size`."""
+        training loader (`train`, default: `shuffle`) sets the epochs and the LR schedule by its length. A loader
+        for evaluation: `shuffle=False` (keeps the last partial batch) and its own `batch_size`. `generator`: the
+        shuffle's random source (default: one seeded with the recipe's seed)."""
+        train = shuffle if train is None else train
         config = self.config
         drop_last = shuffle if drop_last is None else drop_last
         size = config.batch_size if batch_size is None else batch_size
         pin = config.pin_memory and self.device.type == "cuda"
         sampler = None
-        if self.replicas is not None and shuffle:
+        if self.replicas is not None and train:
             from torch.utils.data import DistributedSampler
 
             sampler = DistributedSampler(dataset, num_replicas=self.replicas.world_size, rank=self.rank,
-                                         shuffle=True, seed=self.recipe.seed, drop_last=True)
-        loader = make_loader(config, dataset, size, shuffle=shuffle, drop_last=drop_last,
-                             generator=torch.Generator().manual_seed(self.recipe.seed), pin=pin, sampler=sampler,
-                             **kwargs)
+                                         shuffle=shuffle, seed=self.recipe.seed, drop_last=True)
+        if generator is None:
+            generator = torch.Generator().manual_seed(self.recipe.seed)
+        loader = make_loader(config, dataset, size, shuffle=shuffle, drop_last=drop_last, generator=generator,
+                             pin=pin, sampler=sampler, **kwargs)
         workers = config.num_workers
         self.read.add("prefetch_factor")  # read, and not applicable without loader workers
         self.applied.update({"num_workers": workers, "pin_memory": pin,
                              "prefetch_factor": config.prefetch_factor if workers else NOT_APPLICABLE,
                              "persistent_workers": config.persistent_workers and workers > 0})
-        if shuffle and self._train_loader is None:
+        if train and self._train_loader is None:
             dataset_length(dataset, "training dataset")
             self._train_loader = loader
             self.steps_per_epoch = max(1, len(loader) // self.config.accumulation_steps)
@@ -234,12 +271,12 @@ class Context(Stepping, Reporting):
         `autocast=False`, its forward run in `ctx.autocast()` with floating outputs returned in fp32 (as
         Accelerate's prepare does; `fp32_outputs=False`: as autocast left them, no fp32 copy of a large model's
         logits). `model` itself is moved in place and stays the eager module (also `ctx.module`): evaluate,
-        average (EMA/SWA) and save it."""
+        average (EMA/SWA) and save it; or rebind `model` to what this returns: its `state_dict()` is `model`'s."""
         replicas = self.replicas  # a group the script made itself: the script wraps its DDP (or passed it in)
         train_model, self.module = prepare_module(model, self.config, self.device, self.applied,
                                                   None if self._group.scripts_own else replicas)
         self._train_model = train_model
-        return InForwardContext(train_model, self.autocast, fp32_outputs) if autocast else train_model
+        return PreparedModel(train_model, self.autocast, fp32_outputs, model) if autocast else train_model
 
     def lr(self, base: float | None = None) -> float:
         """The peak LR: the recipe's `lr` (None), or your `base` LR; either scaled to the effective batch by
@@ -264,9 +301,14 @@ class Context(Stepping, Reporting):
     def optimizer(self, cls, params: Iterable | None = None, **kwargs) -> torch.optim.Optimizer:
         """Your optimizer in the recipe's `optimizer_impl` (torch's foreach or fused kernels): `cls(params,
         **kwargs)`, or one built elsewhere (`ctx.optimizer(model.configure_optimizers(...))`), adopted with its
-        parameter groups. Where the space searches `optimizer`, the recipe's (sgd, adamw) is built on the same
-        parameter groups instead, each keeping its own weight_decay and lr."""
-        groups = _groups(cls.param_groups if isinstance(cls, torch.optim.Optimizer) else params)
+        parameter groups (those at the lr your defaults give take `ctx.lr()`: a searched lr reaches an optimizer
+        built before it was read). Where the space searches `optimizer`, the recipe's (sgd, adamw) is built on the
+        same parameter groups instead, each keeping its own weight_decay and lr."""
+        adopted = isinstance(cls, torch.optim.Optimizer)
+        groups = groups_of(cls.param_groups if adopted else params)
+        script_lr = self.script_defaults.get("lr")
+        if adopted and script_lr is not None and peak_for_adopted(groups, script_lr, self.lr()):
+            self._lr_moved.add(id(cls))
         if self.config.optimizer != "script":
             optimizer = self._recipe_optimizer(groups, kwargs.get("lr"))
         elif isinstance(cls, torch.optim.Optimizer):
@@ -277,7 +319,7 @@ class Context(Stepping, Reporting):
             self.applied["optimizer_class"] = cls.__name__
         if self.config.optimizer == "script":
             self.applied["optimizer"] = "script"
-        self.applied["optimizer_impl"] = _set_impl(optimizer, self.config.optimizer_impl)
+        self.applied["optimizer_impl"] = set_impl(optimizer, self.config.optimizer_impl)
         self._optimizers.append(optimizer)
         return optimizer
 
@@ -352,29 +394,6 @@ class _LrCurve:
         return float(self.optimizer.param_groups[0]["lr"])
 
 
-def _groups(params) -> list[dict[str, Any]]:
-    """Parameter groups as dicts ([] for a plain iterable of parameters, passed through as given)."""
-    if params is None:
-        return []
-    params = list(params)
-    return params if params and isinstance(params[0], dict) else [{"params": params}]
-
-
-def _set_impl(optimizer: torch.optim.Optimizer, impl: str) -> str:
-    """The optimizer switched to torch's `impl` kernels in place (its groups and defaults: what torch reads at
-    each step); what acted: impl, or not_applicable for an optimizer without that switch."""
-    if impl == "default":
-        return impl
-    if impl not in optimizer.defaults and impl not in inspect.signature(type(optimizer)).parameters:
-        return NOT_APPLICABLE
-    other = "foreach" if impl == "fused" else "fused"
-    for settings in (optimizer.defaults, *optimizer.param_groups):
-        settings[impl] = True
-        if settings.get(other):
-            settings[other] = False
-    return impl
-
-
 def micro_batch_size(recipe: Recipe) -> int:
     """The first micro-batch a run tries (batch.micro_batch_sizes' first)."""
     from autospeed.train.batch import micro_batch_sizes
@@ -416,3 +435,12 @@ def init(defaults: dict[str, Any] | None = None) -> Context:
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
     return Context(recipe, alone=True, script_defaults=given, explicit=set(given))
+
+
+def context() -> Context:
+    """The run's context, from anywhere in the script (a `train()` function, a callback): what
+    `autospeed.init(...)` returned."""
+    if _current is None:
+        raise RuntimeError("autospeed: autospeed.context() before autospeed.init(...): call "
+                           "ctx = autospeed.init(defaults=dict(...)) once, at the script's start")
+    return _current

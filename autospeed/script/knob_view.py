@@ -21,6 +21,7 @@ HELPER_OF = {
     "schedule": "ctx.scheduler() or ctx.lr_at()",
     **dict.fromkeys(("warmup_fraction", "decay_fraction"), "ctx.scheduler()"),
     **dict.fromkeys(("accumulation_steps", "epochs"), "ctx.steps()"),
+    "max_steps": "ctx.config.max_steps (your own max_iters)",
     **dict.fromkeys(("eval_every_epochs", "eval_every_steps"), "ctx.should_eval()"),
 }
 

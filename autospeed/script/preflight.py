@@ -29,7 +29,8 @@ def check_script_reads(spec, space_path: str, console=sys.stdout):
     spec = spec.model_copy(update={"script_workdir": spec.script_workdir or os.getcwd()})
     layers = {**spec.base(), **spec.fixed}
     print(f"preflight: running {script} to its first optimizer step", file=console, flush=True)
-    knobs, defaults, result = preflight_knobs(spec.recipe_for({}), layers)
+    run = preflight_knobs(spec.recipe_for({}), layers)
+    knobs, defaults, result = run.knobs_read, run.defaults, run.result
     if knobs is None:
         command = " ".join(["python", script, *spec.workload_options.get("args", [])])
         raise UserError(f"{space_path}: workload_options.script: {script} failed before its first optimizer step "
@@ -46,4 +47,14 @@ def check_script_reads(spec, space_path: str, console=sys.stdout):
     own = ", ".join(f"{k}={v}" for k, v in defaults.items() if k not in ("target", "target_accuracy"))
     print(f"preflight: the baseline and every trial start from the script's own defaults ({own})",
           file=console, flush=True)
+    if run.reseeded is not None:
+        print(reseed_warning(script, run.reseeded), file=console, flush=True)
     return spec
+
+
+def reseed_warning(script: str, seed: int) -> str:
+    """One line for a script that seeds torch itself after autospeed.init: the fix."""
+    return (f"preflight: warning: {script} seeds torch itself after autospeed.init (torch.manual_seed({seed})), so "
+            f"the confirmation's new seeds never reach it and its repeats differ by timing noise alone; give the "
+            f"seed as a default (autospeed.init(defaults=dict(seed={seed}, ...))) and drop your own "
+            f"torch.manual_seed, or seed with torch.manual_seed(ctx.config.seed)")

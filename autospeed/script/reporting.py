@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.script.knob_view import NOT_READ
+from autospeed.script.prepared import warn_unstepped
 from autospeed.train.evaluate import is_oom
 from autospeed.train.optimizers import NOT_APPLICABLE
 from autospeed.train.result import TrainResult
@@ -127,6 +128,8 @@ class Reporting:
             self.clock.stop()
         if status is not None:
             self.record.status, self.record.error = status, error
+        if self.is_main:
+            warn_unstepped(self._own_schedulers, self.step_count, self.steps_per_epoch)
         self.result = self._result()
         if self.side is not None and self.is_main:
             self.side.send("result", result=jsonable(self.result))
@@ -135,6 +138,9 @@ class Reporting:
     def _result(self) -> TrainResult:
         applied = dict(self.applied)
         applied["knobs_read"] = sorted(self.read)
+        for knob in ("optimizer", "schedule"):  # the script's own way acts where it handed autospeed nothing
+            if getattr(self._trained, knob) == "script":
+                applied.setdefault(knob, "script")
         for knob in CHECKED_KNOBS:  # a knob set (away from its default) that the script never read did not act
             default = Recipe.model_fields[knob].default
             if knob not in self.read and knob not in applied and getattr(self._trained, knob) != default:

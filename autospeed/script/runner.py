@@ -41,6 +41,8 @@ from autospeed.script.options import DEFAULT_AFTER_RESULT_SECONDS, DEFAULT_GRACE
 from autospeed.train.batch import micro_batch_sizes
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 
+# after-work shorter than this (or half of after_result_seconds) passes without a word: a test pass, a save
+AFTER_WORK_QUIET_SECONDS = 10.0
 TAIL_LINES = 40  # stderr lines kept for a failed run's MLflow run
 _EOF = object()
 
@@ -66,13 +68,13 @@ def train_script(recipe, on_eval: Callable[[EvalEvent], bool | None] | None = No
 
 
 def preflight_knobs(recipe, layers: dict[str, Any] | None = None, num_threads: int | None = None
-                    ) -> tuple[list[str] | None, dict[str, Any], TrainResult]:
+                    ) -> ScriptRun:
     """Run the script to its first optimizer step, with `layers` (the search's keys) over its own defaults: the
-    knobs it read by then (None: it never got there, the result says why) and the defaults it gave
-    autospeed.init."""
+    run's `knobs_read` by then (None: it never got there, its `result` says why), the `defaults` it gave
+    autospeed.init, and `reseeded`, the seed it gave torch itself after init (None: it did not)."""
     run = ScriptRun(recipe, micro_batch_sizes(recipe)[0], 0.0, num_threads, preflight=True, layers=layers)
-    result = run.run(None)
-    return run.knobs_read, run.defaults, result
+    run.result = run.run(None)
+    return run
 
 
 class ScriptRun:
@@ -83,6 +85,8 @@ class ScriptRun:
         self.recipe, self.micro, self.offset = recipe, micro, clock_offset
         self.layers = layers
         self.defaults: dict[str, Any] = {}  # what the script gave autospeed.init (its preflight says)
+        self.reseeded: int | None = None  # the seed it gave torch after autospeed.init (its preflight says)
+        self.result: TrainResult | None = None
         self.threads, self.preflight = num_threads, preflight
         options = recipe.workload_options
         self.cmd = [sys.executable, options["script"], *options.get("args", [])]
@@ -159,7 +163,7 @@ class ScriptRun:
         replies = os.fdopen(reply_w, "w", buffering=1)
         result: dict[str, Any] | None = None
         silent_limit = self.recipe.max_train_seconds + self.grace
-        last_heard, ended_at = time.monotonic(), None
+        last_heard, ended_at, result_at = time.monotonic(), None, None
         try:
             while True:
                 try:
@@ -175,6 +179,13 @@ class ScriptRun:
                                            f"{self.recipe.max_train_seconds:g} s + timeout_grace_seconds "
                                            f"{self.grace:g} s); the script hung")
                         break
+                    if (result_at is not None and procs[0].poll() is None
+                            and now - result_at > min(AFTER_WORK_QUIET_SECONDS, self.after_result / 2)):
+                        result_at = None  # said once, only for after-work that lasts: a short test pass is quiet
+                        print(f"autospeed: the script sent its result and goes on (its after-work: a test pass, a "
+                              f"checkpoint), still running {now - last_heard:.0f} s later; waiting up to "
+                              f"{self.after_result:g} s in all for it to exit (workload_options.after_result_seconds)",
+                              file=sys.stderr, flush=True)
                     if result is not None and now - last_heard > self.after_result:
                         # its measured result stands: only the after-work (a test pass, a checkpoint) is cut short
                         self.ended_after_result = (f"ended {self.after_result:g} s after its result, still running "
@@ -194,13 +205,12 @@ class ScriptRun:
                 elif kind == "preflight":
                     self.knobs_read = list(msg.get("knobs_read", []))
                     self.defaults = dict(msg.get("defaults") or {})
+                    self.reseeded = msg.get("reseeded")
                     _reply(replies, {"stop": True})
                 elif kind == "result":
                     result = msg["result"]
-                    if procs[0].poll() is None and not self.preflight:  # it goes on: its after-work, on no clock
-                        print(f"autospeed: the script sent its result and goes on (its after-work: a test pass, a "
-                              f"checkpoint); waiting up to {self.after_result:g} s for it to exit "
-                              f"(workload_options.after_result_seconds)", file=sys.stderr, flush=True)
+                    if not self.preflight:  # what follows is its after-work, on no clock: said if it lasts
+                        result_at = time.monotonic()
             self._end(procs)
         finally:
             _kill(procs)

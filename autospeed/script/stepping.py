@@ -180,6 +180,15 @@ class Stepping:
     def _forward_entered(self) -> None:
         if torch.is_grad_enabled():  # a training forward (an evaluation runs under no_grad or paused)
             self._training_work()
+        elif self._evaluating():  # an evaluation in the script's own loop: off the train clock, as in ctx.paused()
+            self.clock.stop()
+
+    def _evaluating(self) -> bool:
+        """A forward without gradients, the model in eval mode (or none prepared), with batches not from
+        ctx.steps / ctx.epoch (whose clock runs while a batch is out): the script evaluates between its steps. The
+        clock starts again at the next training forward, ctx.backward or ctx.accumulate."""
+        return (self.clock.running and self._source != LOADER
+                and (self.module is None or not self.module.training))
 
     def _training_work(self) -> None:
         """Training work from a source other than ctx.steps starts the train clock (after a pause too)."""
@@ -247,7 +256,8 @@ class Stepping:
         """One optimizer step at the end of a step's micro-batches (`ctx.boundary`; before it, nothing and
         False): the optimizer(s) through the fp16 scaler, gradients freed (no zero_grad of your own: it would
         drop the accumulated micro-batches), the scheduler(s) stepped. Without arguments: what ctx.prepare
-        adopted. True when it stepped."""
+        adopted. A searched schedule standing in for a scheduler given to ctx.prepare steps here whatever the
+        arguments. True when it stepped."""
         if self._source is None:
             raise RuntimeError("autospeed: ctx.step() before any micro-batch: call ctx.backward(loss) for each "
                                "micro-batch (or take batches from ctx.steps(...), or wrap each in "
@@ -257,6 +267,7 @@ class Stepping:
         given = _as_list(optimizers)
         optimizers = given or list(self._optimizers)
         schedulers = _as_list(schedulers) if schedulers is not None else [] if given else list(self._schedulers)
+        schedulers += [s for s in self._searched_schedules if all(s is not t for t in schedulers)]
         for optimizer in optimizers:
             if all(optimizer is not o for o in self._optimizers):
                 self._optimizers.append(optimizer)
@@ -266,11 +277,20 @@ class Stepping:
         self.record.stepped(self._effective, compiled=self.applied.get("compile", "none") != "none")
         if self.step_count == 1 and self.preflight:  # every worker ends here: none waits in a collective for rank 0
             if self.side is not None:
-                self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults)
+                self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults,
+                              reseeded=self._reseeded())
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
         return True
+
+    def _reseeded(self) -> int | None:
+        """The seed the script gave torch itself after autospeed.init (None: it did not, or it seeded with
+        ctx.config.seed): then the run's seed (a confirmation's new seeds) never reaches its initialisation."""
+        seed = torch.initial_seed()
+        if seed == self._seeded or ("seed" in self.read and seed == self._trained.seed):
+            return None
+        return seed
 
     def should_eval(self) -> bool:
         """True once per optimizer step that is due an evaluation (ask after ctx.step): every
@@ -294,7 +314,11 @@ class Stepping:
         return max(1, round(self.config.eval_every_epochs * self.steps_per_epoch))
 
     def _total_steps_or_none(self) -> int | None:
-        """The recipe's epochs in optimizer steps; None while no loader has said how long an epoch is."""
+        """The run's length in optimizer steps: `max_steps` where the script gives it (an iteration loop), else the
+        recipe's epochs of the training loader; None while neither says."""
+        if self._trained.max_steps is not None:
+            self.read.add("max_steps")
+            return self._trained.max_steps
         if self.steps_per_epoch is None:
             return None
         return max(1, math.ceil(self.config.epochs * self.steps_per_epoch))

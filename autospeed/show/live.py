@@ -347,6 +347,7 @@ class TrainProgress:
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     live: bool | None = None
     width: int = 24  # of the plain form's bar, in characters
+    max_steps: int | None = None  # a script's run length in optimizer steps (recipe max_steps), shown instead of epochs
 
     def __post_init__(self) -> None:
         if self.live is None:
@@ -354,12 +355,22 @@ class TrainProgress:
         self._bar: Progress | None = None
 
     def fraction(self, e) -> float:
-        return min(1.0, max(e.train_seconds / self.max_train_seconds, e.epoch / self.epochs))
+        done = e.step / self.max_steps if self.max_steps else e.epoch / self.epochs
+        return min(1.0, max(e.train_seconds / self.max_train_seconds, done))
+
+    def length(self, e) -> str:
+        """How far the run is: its steps of max_steps, its epochs, or (a script whose batches say no epoch: epoch
+        0 after a step) its steps alone, never steps counted as epochs."""
+        if self.max_steps:
+            return f"step {e.step}/{self.max_steps}"
+        if e.epoch == 0 and e.step > 0:
+            return f"step {e.step}"
+        return f"epoch {e.epoch:5.2f}/{self.epochs:g}"
 
     def stats(self, e) -> str:
         mark = "  target reached" if self.target.met(e.value) else ""
         name = "val_acc" if self.target.metric == ACCURACY else self.target.metric
-        return (f"train {e.train_seconds:6.2f}/{self.max_train_seconds:g} s  epoch {e.epoch:5.2f}/{self.epochs:g}  "
+        return (f"train {e.train_seconds:6.2f}/{self.max_train_seconds:g} s  {self.length(e)}  "
                 f"{name} {e.value:.4f} (target {self.target.value:g})  "
                 f"{e.samples_per_second:8.0f} samples/s{mark}")
 

@@ -16,7 +16,8 @@ def train_start_line(recipe, target, device_name: str) -> str:
     on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
     what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
     return (f"training {what} to {target.describe()} on {on}{device_name} "
-            f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)")
+            f"(budget {recipe.max_train_seconds:g} s train clock, "
+            f"{f'{recipe.max_steps} steps' if recipe.max_steps else f'{recipe.epochs:g} epochs'})")
 
 
 def train_result_lines(result, target) -> list[str]:

@@ -59,6 +59,11 @@ class RunRecord:
         self.steps_since_eval = self.samples_since_eval = 0
         self._clock_at_last_eval = clock.total
 
+    def epochs_done(self) -> float:
+        """Epochs trained so far; 0.0 while no training data has said how long an epoch is (a user's script with
+        batches of its own and no max_steps): steps are never counted as epochs."""
+        return self.steps / self.steps_per_epoch if self.steps_per_epoch else 0.0
+
     # ---- training ----
     def stepped(self, samples: int, compiled: bool) -> None:
         """One optimizer step of `samples` examples (all workers). The first one (compile if `compiled`, and
@@ -89,7 +94,7 @@ class RunRecord:
         interval = train_seconds - self._clock_at_last_eval
         samples_per_second = self.samples_since_eval / interval if interval > 0 else 0.0
         event = EvalEvent(
-            step=self.steps, epoch=self.steps / (self.steps_per_epoch or 1), samples=self.samples,
+            step=self.steps, epoch=self.epochs_done(), samples=self.samples,
             train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start, metrics=metrics,
             value=metrics.get(target.metric, math.nan), best_value=math.nan if best is None else best,
             train_loss=train_loss, samples_per_second=samples_per_second, reached=reached,
@@ -137,7 +142,7 @@ class RunRecord:
             train_seconds=train_seconds, wall_seconds=time.perf_counter() - self.wall_start,
             compile_seconds=self.compile_seconds, first_step_seconds=self.first_step_seconds,
             peak_memory_mb=self.peak.mb(), samples_per_second=samples_per_second, **self.rates(samples_per_second),
-            steps=self.steps, epochs_done=self.steps / (self.steps_per_epoch or 1), evaluations=self.evaluations,
+            steps=self.steps, epochs_done=self.epochs_done(), evaluations=self.evaluations,
             applied=applied,
             environment={**environment(self.device), "workers": applied["workers"]},  # the devices a TTA used
             error=self.error, history=self.history, wall_to_target_seconds=wall_to_target,

@@ -15,6 +15,7 @@ written as a user would, with autospeed's context. Its command line sets what it
   --eval-seconds S   spend S seconds in each evaluation, inside ctx.paused()
   --pid-file FILE    append this process's id (one line) as the script starts: an attempt that fails before
                      its first optimizer step (out of memory at once) leaves its pid too
+  --after-work-pass  after its result, a final test pass (brief after-work), then exit
   --relative-file P  read P as the script starts, a path relative to its working directory (its data, its
                      configuration): a run started anywhere but the folder the search started from fails
 """
@@ -45,6 +46,7 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--pid-file")
     p.add_argument("--after-work-forever", action="store_true")
+    p.add_argument("--after-work-pass", action="store_true")
     p.add_argument("--slow-worker-start", type=float, default=0.0)
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--zero-each-micro-batch", action="store_true")
@@ -122,6 +124,10 @@ TINY_SCRIPT = textwrap.dedent('''
                     acc = (model(vx.to(ctx.device)).argmax(1) == vy.to(ctx.device)).float().mean().item()
             if ctx.report(val_accuracy=acc, val_loss=loss.item()).stop:
                 break
+    if args.after_work_pass:  # after its result: a final test pass, then it exits
+        with torch.no_grad():
+            for _ in range(20):
+                model(val_ds.tensors[0].to(ctx.device))
     if args.after_work_forever:  # after its result: after-work (a test pass, a checkpoint) that outlasts any allowance
         threading.Event().wait()
 ''')
