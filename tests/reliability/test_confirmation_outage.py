@@ -18,7 +18,7 @@ from .conftest import Gate, cli_env, client_for, search_runs, wait_until, write_
 pytestmark = pytest.mark.timeout(1200)
 
 NAME = "confirm_outage"
-TOP_K, REPEATS = 1, 2  # the best recipe and the baseline, 2 rounds: 4 confirmation runs
+TOP_K, REPEATS = 1, 1  # the best recipe and the baseline, 1 round: 2 confirmation runs, each a fresh process
 CONFIRM_SEEDS_FROM = 1000  # search/confirm.py SEED_OFFSET: a confirmation run's seed is its recipe's + 1000 + round
 
 
@@ -67,6 +67,6 @@ def test_a_tracking_server_gone_during_confirmation_loses_no_confirmation_run(tm
                                  filter_string="tags.`autospeed.kind` = 'confirm'")
     assert len(confirm) == (TOP_K + 1) * REPEATS, [r.info.status for r in confirm]
     assert all(r.info.status == "FINISHED" and r.data.metrics["tta_seconds"] > 0 for r in confirm)
-    assert {r.data.params["seed"] for r in confirm} >= {str(CONFIRM_SEEDS_FROM), str(CONFIRM_SEEDS_FROM + 1)}
+    assert all(int(r.data.params["seed"]) >= CONFIRM_SEEDS_FROM for r in confirm)  # confirmation's own runs
     assert parent.data.metrics["confirm_repeats"] == REPEATS and "autospeed.confirmed_best_trial" in parent.data.tags
     assert (next((d / "store" / NAME).glob("*/best.yaml"))).exists()  # exported from the store once it was back
