@@ -27,7 +27,10 @@ pytestmark = pytest.mark.timeout(1200)
 
 NAME = "outage"
 TRIALS = 2
-REPEATS = 1  # confirmation: the best recipe and the baseline once each (2 runs, model builds TRIALS + 2, + 3)
+# Confirmation: the best recipe and the baseline twice each (4 runs, model builds 4 to 7). The search says the
+# store stopped answering between two runs, once a write has failed; with 2 runs its only look comes right after
+# the first run's writes, before the journal's sender may have tried them, and the line can be missing.
+REPEATS = 2
 CONFIRM_SEEDS_FROM = 1000  # search/confirm.py SEED_OFFSET: a confirmation run's seed is its recipe's + 1000 + round
 
 
@@ -49,7 +52,7 @@ def _ledger(d: Path) -> list[dict]:
 def test_a_tracking_server_gone_past_the_grace_stops_the_search_and_one_gone_within_it_loses_nothing(
         tmp_path, server, start_cli):
     """Every model build has a gate (conftest.GATED_PLUGIN): build 1 is the first session's baseline, 2 and 3
-    the resumed session's trials (the baseline again, then the sampled trial), 4 and 5 its confirmation runs."""
+    the resumed session's trials (the baseline again, then the sampled trial), 4 to 7 its confirmation runs."""
     d = tmp_path
     gate = Gate(d)
     env = cli_env({"MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}, pythonpath=gate.plugin_dir)
@@ -116,6 +119,6 @@ def test_a_tracking_server_gone_past_the_grace_stops_the_search_and_one_gone_wit
                                  filter_string="tags.`autospeed.kind` = 'confirm'")
     assert len(confirm) == 2 * REPEATS, [r.info.status for r in confirm]
     assert all(r.info.status == "FINISHED" and r.data.metrics["tta_seconds"] > 0 for r in confirm)
-    assert all(int(r.data.params["seed"]) >= CONFIRM_SEEDS_FROM for r in confirm)  # confirmation's own runs
+    assert {r.data.params["seed"] for r in confirm} >= {str(CONFIRM_SEEDS_FROM), str(CONFIRM_SEEDS_FROM + 1)}
     assert parent.data.metrics["confirm_repeats"] == REPEATS and "autospeed.confirmed_best_trial" in parent.data.tags
     assert (next((d / "store" / NAME).glob("*/best.yaml"))).exists()  # exported from the store once it was back
