@@ -32,27 +32,6 @@ def one_line_error(stderr: str) -> str:
 
 
 # ---------------------------------------------------------------- result and exit codes
-def test_train_json_prints_the_result_object(run_cli, write_recipe):
-    done = run_cli("train", "--config", str(write_recipe(REACHES)), "--json", "--no-track")
-
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)  # progress goes to stderr, so stdout is pure JSON
-    for field in ("status", "tta_seconds", "best_val_accuracy", "train_seconds", "wall_seconds",
-                  "compile_seconds", "peak_memory_mb", "samples_per_second", "applied", "environment",
-                  "wall_to_target_seconds", "wall_clock_origin"):
-        assert field in result
-    assert result["status"] == "reached"
-    assert result["tta_seconds"] == result["train_seconds"] <= result["wall_seconds"]
-    # from the process's start: the interpreter and imports before training are in it, not in the run's wall
-    assert result["wall_clock_origin"] == "process start"
-    assert result["wall_to_target_seconds"] > result["wall_seconds"]
-    assert result["best_val_accuracy"] >= 0.95
-    assert result["samples_per_second"] > 0 and result["peak_memory_mb"] > 0
-    assert result["applied"]["device"] == "cpu" and result["applied"]["compile"] == "none"
-    for field in ("device_name", "cpu_count", "torch", "cuda", "autospeed"):
-        assert field in result["environment"]
-
-
 def test_train_prints_a_summary_naming_knobs_not_applied(run_cli, write_recipe):
     recipe = {**REACHES, "channels_last": True, "cudnn_benchmark": True}
     done = run_cli("train", "--config", str(write_recipe(recipe)), "--no-track")
@@ -105,7 +84,8 @@ def test_out_of_memory_run_exits_1(run_cli, write_recipe, write_plugin):
 
 
 # ---------------------------------------------------------------- MLflow
-def test_train_logs_an_mlflow_run(run_cli, write_recipe, tmp_path):
+def test_train_json_prints_the_result_object_and_logs_an_mlflow_run(run_cli, write_recipe, tmp_path):
+    """One run (a Python start-up) for both: the result object on stdout, the same figures in its MLflow run."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -113,7 +93,22 @@ def test_train_logs_an_mlflow_run(run_cli, write_recipe, tmp_path):
     done = run_cli("train", "--config", str(config), "--tracking-uri", uri, "--json")
 
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    result = json.loads(done.stdout)  # progress goes to stderr, so stdout is pure JSON
+    for field in ("status", "tta_seconds", "best_val_accuracy", "train_seconds", "wall_seconds",
+                  "compile_seconds", "peak_memory_mb", "samples_per_second", "applied", "environment",
+                  "wall_to_target_seconds", "wall_clock_origin"):
+        assert field in result
+    assert result["status"] == "reached"
+    assert result["tta_seconds"] == result["train_seconds"] <= result["wall_seconds"]
+    # from the process's start: the interpreter and imports before training are in it, not in the run's wall
+    assert result["wall_clock_origin"] == "process start"
+    assert result["wall_to_target_seconds"] > result["wall_seconds"]
+    assert result["best_val_accuracy"] >= 0.95
+    assert result["samples_per_second"] > 0 and result["peak_memory_mb"] > 0
+    assert result["applied"]["device"] == "cpu" and result["applied"]["compile"] == "none"
+    for field in ("device_name", "cpu_count", "torch", "cuda", "autospeed"):
+        assert field in result["environment"]
+
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("autospeed-train")
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.`autospeed.kind` = 'train'")

@@ -20,9 +20,10 @@ pytestmark = pytest.mark.timeout(1800)
 
 NAME = "interrupted"
 TRIALS = 3
-# Confirmation (after the trials) of the best recipe and the baseline, REPEATS runs each, the baseline's
-# trial counting as its first: repeat 0 of the best recipe, then repeat 1 of it, then the baseline's...
-REPEATS = 3
+# Confirmation (after the trials) of the best recipe and the baseline, REPEATS fresh runs each, interleaved:
+# repeat 0 of the best recipe, then repeat 0 of the baseline, then repeat 1 of each. Two rounds are enough to
+# interrupt one in the middle and resume it; each run more is a process start more.
+REPEATS = 2
 # ...each with a new seed, recipe seed (0 here) + 1000 + repeat: never one a trial trained with.
 CONFIRM_SEED = 1000
 

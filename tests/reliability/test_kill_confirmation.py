@@ -4,10 +4,11 @@ and export are those an uninterrupted search gives from the same runs (docs/desi
 nothing"; issue 40).
 
 The kills land where kill_points.py says (`production_run`: a run opened, before it trains), never at a moment a
-clock picked: the first with 4 of the 9 confirmation runs (2 recipes and the baseline, 3 rounds) finished, the
-second with 1 of the 6 ablation runs (the winner and its one knob set back, 3 rounds) finished. The workload sleeps
-per training step, so the searched batch size decides the speed and the winner is never the baseline (whose
-ablation would be empty)."""
+clock picked: the first with 1 of the 4 confirmation runs (the best recipe and the baseline, 2 rounds) finished, in
+the middle of a round, the second with 1 of the 4 ablation runs (the winner and its one knob set back, 2 rounds)
+finished. Two rounds show what three would, with 7 fewer fresh processes than 3 candidates in 3 rounds. The
+workload sleeps per training step, so the searched batch size decides the speed and the winner is never the
+baseline (whose ablation would be empty)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .conftest import cli_env, client_for, search_runs, write_space
 pytestmark = pytest.mark.timeout(1200)
 
 NAME = "killed_confirming"
-TOP_K, REPEATS = 2, 3  # 3 candidates x 3 rounds = 9 confirmation runs; 2 x 3 = 6 ablation runs
+TOP_K, REPEATS = 1, 2  # 2 candidates x 2 rounds = 4 confirmation runs; 2 x 2 = 4 ablation runs
 
 STEADY_PLUGIN = '''
 """Four well-separated blobs, and a training step that takes 20 ms whatever its batch: the batch size decides
@@ -78,9 +79,9 @@ def test_a_search_killed_in_confirmation_and_in_its_ablation_resumes_with_each_r
     env = cli_env(pythonpath=d)
     hook = Path(__file__).with_name("kill_points.py")
     outputs = []
-    # the 5th run of the first driver (4 confirmation runs finished); the 7th of the resumed one: the 5 confirmation
-    # runs it misses, then 1 ablation run finished
-    for n in (5, 7):
+    # the 2nd run of the first driver (1 confirmation run finished, its round half done); the 5th of the resumed one:
+    # the 3 confirmation runs it misses, then 1 ablation run finished
+    for n in (2, 5):
         p = subprocess.run([sys.executable, str(hook), "production_run", str(n), "--", *args], cwd=d, env=env,
                            capture_output=True, text=True, timeout=600)
         outputs.append(f"--- production_run:{n} rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
@@ -106,20 +107,20 @@ def test_a_search_killed_in_confirmation_and_in_its_ablation_resumes_with_each_r
                        r.data.tags[names.TAG_CONFIRM_REPEAT]) for r in runs)
 
     confirm, ablation = of_kind(names.KIND_CONFIRM, "FINISHED"), of_kind(names.KIND_ABLATION, "FINISHED")
-    assert len(confirm) == (TOP_K + 1) * REPEATS, every  # exactly the 9 planned, none trained twice
+    assert len(confirm) == (TOP_K + 1) * REPEATS, every  # exactly the 4 planned, none trained twice
     assert len(set(keys(confirm))) == len(confirm), keys(confirm)
     assert len(ablation) == 2 * REPEATS and len(set(keys(ablation))) == len(ablation), keys(ablation)
     # each kill cost the run in flight: closed KILLED on resume, never left RUNNING
     assert len(of_kind(names.KIND_CONFIRM, "KILLED")) == 1 and len(of_kind(names.KIND_ABLATION, "KILLED")) == 1
     assert not [r for r in children if r.info.status == "RUNNING"]
-    assert len(children) == 3 + 9 + 1 + 6 + 1  # trials, confirmation and ablation runs: nothing else started
+    assert len(children) == 3 + 4 + 1 + 4 + 1  # trials, confirmation and ablation runs: nothing else started
 
     expected_summary, expected_ablation, expected = _uninterrupted(client, parent.info.run_id, confirm, ablation)
     final = done.stdout
     assert expected_summary in final, every  # the closing summary, as an uninterrupted search prints it
     assert expected_ablation in final, every
-    # the last resume kept every confirmation run and the ablation's first, and trained only the other 5
-    assert final.count("(finished before the resume: kept)") == 9 + 1, every
+    # the last resume kept every confirmation run and the ablation's first, and trained only the other 3
+    assert final.count("(finished before the resume: kept)") == 4 + 1, every
     best = yaml.safe_load(next((d / "store" / NAME).glob("*/best.yaml")).read_text())["measured"]
     assert best["trial_id"] == expected.pop("trial_id"), every  # the export: the same winner, figures, ablation
     assert best["ablation"] == pytest.approx(expected.pop("ablation")), every

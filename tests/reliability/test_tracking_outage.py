@@ -7,8 +7,12 @@ on the same port (docs/design.md "Crash anywhere, lose nothing").
 2. Resumed with a longer grace, the server goes away again while a trial trains: trials go on and finish
    during the outage, their writes kept on disk; once the server is back every write arrives, in order, and
    no evaluation the trainer reported is missing from MLflow.
-Each state is established before the next step (a gated trial held mid-training, the server's process gone,
-ledger entries written), never waited for by the clock."""
+3. The same search's confirmation: the server goes away a third time while the first confirmation run
+   trains; confirmation trains on, its writes kept in the search's journal, and once the server is back the
+   search ends 0 with every confirmation run recorded and the best recipe exported.
+Each state is established before the next step (a gated run held mid-training, the server's process gone,
+ledger entries written, the search saying it waits for the store), never waited for by the clock. (One search
+for the three: each search and each server start costs a Python and a Ray start-up.)"""
 
 from __future__ import annotations
 
@@ -23,13 +27,18 @@ pytestmark = pytest.mark.timeout(1200)
 
 NAME = "outage"
 TRIALS = 2
+# Confirmation: the best recipe and the baseline twice each (4 runs, model builds 4 to 7). The search says the
+# store stopped answering between two runs, once a write has failed; with 2 runs its only look comes right after
+# the first run's writes, before the journal's sender may have tried them, and the line can be missing.
+REPEATS = 2
+CONFIRM_SEEDS_FROM = 1000  # search/confirm.py SEED_OFFSET: a confirmation run's seed is its recipe's + 1000 + round
 
 
 def _space(d: Path, gate: Gate, grace_seconds: float) -> Path:
     return write_space(d, {
         "name": NAME, **gate.workload(), "target_accuracy": 0.9,
         "budget": {"trials": TRIALS, "max_train_seconds": 600}, "asha": {"enabled": False},
-        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": 0},
+        "sampler": {"kind": "random", "seed": 0}, "confirm": {"top_k": 1, "repeats": REPEATS},
         "probe": {"enabled": False}, "tracking": {"grace_seconds": grace_seconds},
         "baseline": {"batch_size": 32, "lr": 0.05}, "fixed": {"epochs": 1000, "eval_every_epochs": 1},
         "space": {"lr": {"loguniform": [0.01, 0.3]}, "batch_size": {"choice": [32, 64]}},
@@ -42,6 +51,8 @@ def _ledger(d: Path) -> list[dict]:
 
 def test_a_tracking_server_gone_past_the_grace_stops_the_search_and_one_gone_within_it_loses_nothing(
         tmp_path, server, start_cli):
+    """Every model build has a gate (conftest.GATED_PLUGIN): build 1 is the first session's baseline, 2 and 3
+    the resumed session's trials (the baseline again, then the sampled trial), 4 to 7 its confirmation runs."""
     d = tmp_path
     gate = Gate(d)
     env = cli_env({"MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}, pythonpath=gate.plugin_dir)
@@ -66,14 +77,28 @@ def test_a_tracking_server_gone_past_the_grace_stops_the_search_and_one_gone_wit
     second = start_cli(*args, cwd=d, env=env)
     gate.wait_for(2, second)
     server.stop()
-    gate.open()  # every trial may now reach the target: all of them finish while the server is away
+    gate.open(2, TRIALS + 1)  # every trial may now reach the target: all of them finish while the server is away
     wait_until(lambda: len(_ledger(d)) == TRIALS or second.proc.poll() is not None, every=0.2,
                what="every trial finished during the outage")
     assert second.proc.poll() is None, second.stdout + second.stderr  # waiting for the server, not ended
     assert len(_ledger(d)) == TRIALS
     server.start()
+
+    # 3. Confirmation: gone again while its first run (build 4) trains; every run finishes during the outage.
+    gate.wait_for(TRIALS + 2, second)
+    assert "tracking: the store answers again after" in second.stdout  # the trials' writes all arrived
+    trials_said = len(second.stdout)
+    server.stop()
+    gate.open()  # every confirmation run may now reach the target: all of them train while the server is away
+    wait_until(lambda: "tracking: waiting up to" in second.stdout or second.proc.poll() is not None, every=0.2,
+               what="every confirmation run finished during the outage, the search waiting for the store")
+    assert second.proc.poll() is None, second.stdout + second.stderr  # waiting for the server, not ended
+    out = second.stdout[trials_said:]
+    assert f"[{2 * REPEATS}/{2 * REPEATS}] confirm" in out, out
+    assert "tracking: the store stopped answering" in out and "confirmation goes on" in out, out
+    server.start()
     assert second.wait(300) == 0, second.stdout + second.stderr
-    assert "tracking: the store answers again after" in second.stdout
+    assert "tracking: the store answers again after" in second.stdout[trials_said:]
 
     parents, trials = search_runs(server.uri, NAME)
     assert len(parents) == 1 and len(trials) == TRIALS
@@ -88,3 +113,12 @@ def test_a_tracking_server_gone_past_the_grace_stops_the_search_and_one_gone_wit
         # that session's evaluations too
         assert reported[:-1] and set(reported[:-1]) <= set(logged), (logged, reported)
         assert t.data.metrics["tta_seconds"] > 0
+
+    (parent,) = parents
+    confirm = client.search_runs([parent.info.experiment_id], max_results=100,
+                                 filter_string="tags.`autospeed.kind` = 'confirm'")
+    assert len(confirm) == 2 * REPEATS, [r.info.status for r in confirm]
+    assert all(r.info.status == "FINISHED" and r.data.metrics["tta_seconds"] > 0 for r in confirm)
+    assert {r.data.params["seed"] for r in confirm} >= {str(CONFIRM_SEEDS_FROM), str(CONFIRM_SEEDS_FROM + 1)}
+    assert parent.data.metrics["confirm_repeats"] == REPEATS and "autospeed.confirmed_best_trial" in parent.data.tags
+    assert (next((d / "store" / NAME).glob("*/best.yaml"))).exists()  # exported from the store once it was back
