@@ -369,17 +369,16 @@ def _confirm(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome) -
     """Confirmation runs, then the ablation, written through the search's journal. A resumed search keeps every
     run an earlier session finished (search/confirm_ledger.py) and trains only the rest: none when it had
     confirmed already, whose summary it prints again as it was."""
-    from autospeed.search.confirm import compute_line, format_confirmation, run_confirmation
+    from autospeed.search.confirm import run_confirmation
     from autospeed.search.confirm_ledger import RunLedger
+    from autospeed.search.confirm_text import compute_line, format_confirmation
 
     if spec.confirm.repeats <= 0:
         return
-    client, console = session.client, session.console
-    parent = client.get_run(session.parent_id)
-    ledger = RunLedger(client, parent, session.search_id, len(outcome.rows), session.outbox, console)
+    console = session.console
+    ledger = RunLedger(session, len(outcome.rows))
     try:
-        outcome.confirmation = run_confirmation(client, spec, session.parent_id, session.search_id,
-                                                console=console, ledger=ledger)
+        outcome.confirmation = run_confirmation(session, spec, ledger)
     except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
         outcome.interrupted = outcome.confirmation_interrupted = True
         print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
@@ -390,8 +389,7 @@ def _confirm(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome) -
     if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
         from autospeed.search.ablation import run_ablation
 
-        ablated = run_ablation(client, spec, parent, session.search_id, confirmed.winner, confirmed.baseline.recipe,
-                               confirmed.speedup, len(outcome.rows), console, ledger=ledger)
+        ablated = run_ablation(session, spec, confirmed.winner, confirmed.baseline.recipe, confirmed.speedup, ledger)
         confirmed.ablation, confirmed.ablation_interrupted = ablated or [], ablated is None
     print(file=console)
     print(format_confirmation(confirmed), file=console, flush=True)
