@@ -113,16 +113,9 @@ def run_confirmation(session: SearchSession, spec: SearchSpec,
     if repeats <= 0:
         return None
     parent = session.client.get_run(session.parent_id)
-    candidates = pick_candidates(session.client, parent, 1 if mode == ONE else spec.confirm.top_k)
+    candidates, base = _to_confirm(session.client, parent, spec)
     if not any(not c.baseline for c in candidates):
         return None
-    budget, given = spec.confirm.max_train_seconds, spec.confirm.baseline_tta_seconds
-    if budget is not None:  # a production run to the real target; epochs stay the recipe's
-        for c in candidates:
-            c.recipe = c.recipe.model_copy(update={"max_train_seconds": budget})
-    base = next((c for c in candidates if c.baseline), None)
-    if given is not None:  # known from production: not re-run (its recipe stays, for the ablation)
-        candidates = [c for c in candidates if not c.baseline]
     trials_total = len(res.trial_rows(session.client, parent))
     stop_ray()
     max_repeats = max(repeats, spec.confirm.max_repeats)
@@ -149,8 +142,8 @@ def run_confirmation(session: SearchSession, spec: SearchSpec,
         else:  # a long job: each candidate at most once, only while it could still win
             confirm_fewest(candidates, lambda c: run_once(0, candidates.index(c), c), mode)
             repeats = 1
-        outcome = decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
-                         given_note=spec.confirm.baseline_tta_note)
+        outcome = decide(candidates, repeats, confidence, baseline=base,
+                         given_seconds=spec.confirm.baseline_tta_seconds, given_note=spec.confirm.baseline_tta_note)
         outcome.compile_cache, outcome.runs_mode = spec.confirm.compile_cache, mode
         _log_parent(ledger.out, session.parent_id, outcome, trials_total)
         if outcome.winner is not None:
@@ -158,6 +151,21 @@ def run_confirmation(session: SearchSession, spec: SearchSpec,
                                _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner),
                                session.console)
     return outcome
+
+
+def _to_confirm(client, parent, spec: SearchSpec) -> tuple[list[Candidate], Candidate | None]:
+    """The candidates confirmation trains (pick_candidates; with confirm.max_train_seconds, each at that production
+    budget) and the baseline's candidate, which is not among them when its TTA is given (it is not re-run; its
+    recipe stays, for the ablation)."""
+    candidates = pick_candidates(client, parent, 1 if spec.confirm.runs_mode == ONE else spec.confirm.top_k)
+    budget = spec.confirm.max_train_seconds
+    if budget is not None:  # a production run to the real target; epochs stay the recipe's
+        for c in candidates:
+            c.recipe = c.recipe.model_copy(update={"max_train_seconds": budget})
+    base = next((c for c in candidates if c.baseline), None)
+    if spec.confirm.baseline_tta_seconds is not None:  # known from production: not re-run
+        candidates = [c for c in candidates if not c.baseline]
+    return candidates, base
 
 
 def _cache_file(folder: str, index: int, c: Candidate) -> str | None:
@@ -187,26 +195,18 @@ def confirm_seed(c: Candidate, round_: int) -> int:
 
 def sample(ledger: RunLedger, c: Candidate, round_: int, spec: SearchSpec, knob: str | None = None,
            compile_cache_to: str | None = None) -> tuple[object, bool]:
-    """Candidate `c`'s sample of `round_`, recorded on `c`: the finished run an earlier session left (kept: True),
-    else a confirmation run (an ablation run of `knob`, "none" for its reference) trained now. Returns the result and
-    whether it was kept."""
+    """Candidate `c`'s sample of `round_`, recorded on `c`: the finished run an earlier session left (kept), else a
+    run trained now with the round's seed, like production: a confirmation run, or with `knob` an ablation run of
+    that knob ("none": its reference), its MLflow child run opened first and finished after. Interrupted (Ctrl-C,
+    SIGTERM, a crash), that run is closed KILLED: none stays RUNNING. Returns the result and whether it was kept."""
     kind = layout.KIND_CONFIRM if knob is None else layout.KIND_ABLATION
     kept = ledger.kept_result(kind, c.trial_id, round_, NO_KNOB if knob is None else knob)
     if kept is not None:
         c.record(kept)
         return kept, True
     ledger.watch("confirmation" if knob is None else "the ablation")
-    tags = None if knob is None else {layout.TAG_ABLATION_KNOB: knob}
-    return train_and_log(ledger, c, round_, kind, spec, tags, compile_cache_to), False
-
-
-def train_and_log(ledger: RunLedger, c: Candidate, round_: int, kind: str, spec: SearchSpec,
-                  tags: dict[str, str] | None = None, compile_cache_to: str | None = None):
-    """One confirmation or ablation run of `c` in `round_`: its MLflow child run of `kind` opened, the recipe
-    trained like production with the round's seed, the run finished and the result recorded on `c`. Returns the
-    result. Interrupted (Ctrl-C, SIGTERM, a crash), its run is closed KILLED: none stays RUNNING."""
     recipe = c.recipe.model_copy(update={"seed": confirm_seed(c, round_)})
-    run_id = None
+    tags, run_id = None if knob is None else {layout.TAG_ABLATION_KNOB: knob}, None
     try:
         with layout.interrupts_held():
             run_id = ledger.open_run(kind, c, round_, recipe, tags)
@@ -217,7 +217,7 @@ def train_and_log(ledger: RunLedger, c: Candidate, round_: int, kind: str, spec:
         raise
     layout.finish_run(ledger.out, run_id, recipe, result)
     c.record(result)
-    return result
+    return result, False
 
 
 def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:

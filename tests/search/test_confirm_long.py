@@ -197,22 +197,23 @@ def test_given_baseline_speedup_is_a_range_over_the_winners_runs_never_an_interv
     assert compute_line(both) == "confirmation compute: 6 runs, 41.5 s of train clock = 3.77 baseline runs"
 
 
-def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known(store):
+def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known(store, tmp_path):
     client = MlflowClient(store)
     parent = make_search(client, long_spec("explore"), [])
     parent_id = parent.info.run_id
     console = io.StringIO()
-    _report_exploration(long_spec("explore"), client, parent_id, 25.0, console)
+    session = SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console)
+    _report_exploration(long_spec("explore"), session, 25.0)
     assert console.getvalue() == ""  # no baseline TTA yet: nothing to count in
     client.log_metric(parent_id, layout.M_CONFIRM_BASELINE_MEDIAN, 4.0)  # train clock: not what a wall is counted in
     client.log_metric(parent_id, layout.M_CONFIRM_BASELINE_WALL_MEDIAN, 10.0)
-    _report_exploration(long_spec("explore"), client, parent_id, 25.0, console)
+    _report_exploration(long_spec("explore"), session, 25.0)
     assert console.getvalue().strip() == ("exploration: 25.0 s wall (probe and trials) = 2.50 baseline runs "
                                           "(its median wall to target, 10.0 s)")
     assert client.get_run(parent_id).data.metrics[layout.M_EXPLORATION_BASELINE_RUNS] == pytest.approx(2.5)
     given = long_spec("explore-given", baseline_tta_seconds=50.0, baseline_tta_note="prod")
-    parent_id = make_search(client, given, []).info.run_id  # a given baseline is not run: no wall measured
-    console = io.StringIO()
-    _report_exploration(given, client, parent_id, 25.0, console)
+    parent = make_search(client, given, [])  # a given baseline is not run: no wall measured
+    parent_id, console = parent.info.run_id, io.StringIO()
+    _report_exploration(given, SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), 25.0)
     assert re.search(r"= 0\.50 baseline runs \(its given TTA, 50\.0 s\)$", console.getvalue().strip())
     assert math.isclose(client.get_run(parent_id).data.metrics[layout.M_EXPLORATION_BASELINE_RUNS], 0.5)
