@@ -224,7 +224,7 @@ def explain(client, name: str, storage_path: str | None = None, repeats: int | N
             "or its baseline is not among its trials"
         raise RunFailure(f"search '{name}': its confirmed winner {what}; nothing to explain")
     budget = spec.confirm.max_train_seconds
-    if budget is not None:  # the confirmation runs' production budget, as in run_confirmation
+    if budget is not None:  # the confirmation runs' production budget, as confirm._to_confirm sets it
         winner.recipe = winner.recipe.model_copy(update={"max_train_seconds": budget})
     if repeats is not None:
         spec = spec.model_copy(update={"confirm": spec.confirm.model_copy(update={"repeats": repeats})})
