@@ -73,7 +73,7 @@ def cmd_train(args) -> int:
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers (torchrun-style)
         # Ray Train starts the workers and their process group; rank 0's result comes back (no live bar:
         # the evaluations happen in the workers' processes).
-        from autospeed.search.data_parallel import train_on_workers
+        from autospeed.parallel.launch import train_on_workers
 
         try:
             result = train_on_workers(recipe)

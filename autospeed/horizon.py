@@ -8,7 +8,11 @@ loss's 0) fell over the curve's later half. From that, one projection with an ex
 trials (the median of theirs and this one's; its quartiles give the interval):
 
     error(t) = error(cut) x (t / cut) ** -exponent          (the stable phase: constant, or wsd before its decay)
-    wsd's decay: the error at the decay's start x COOLDOWN_ERROR_FACTOR by the run's end
+    wsd's decay: the error at the decay's start x the decay factor by the run's end
+
+The decay factor is measured where the trial measured it: a cooldown branch (autospeed.train.cooldown) taken from
+its stable phase gives its error after the cooldown over its error where it branched; without one, the typical
+COOLDOWN_ERROR_FACTOR. The ranking's note says which.
 
   * the crossing comes before the run's end: a predicted TTA, shown as one (`~12 s [9-20]`), never as a
     measurement; the objective is its median, at least the seconds already spent, at most the cap;
@@ -33,7 +37,7 @@ from autospeed.predict import Prediction, none
 
 # A wsd decay divides the distance to the bound by about 1.4: the best error after the decay over the error of the
 # last 3 stable evaluations had a median of 0.71 over 15 runs (0.48-0.83; ../shared/research/long-jobs.md, from
-# experiments/results/long_job_curves*.json). A measured factor, not a branch of this trial's own run.
+# experiments/results/long_job_curves*.json). The fallback for a trial without a cooldown branch of its own.
 COOLDOWN_ERROR_FACTOR = 0.71
 EXPONENT_KEY = "error_exponent"  # a trial's own exponent, in its reports and the search's ledger, for later trials
 # the exponent when neither this trial's curve nor any finished trial gives one (said in the note)
@@ -60,6 +64,20 @@ class Cut:
     ended: bool  # the trial ran the recipe's last epoch: its whole run is measured
     exponent: float | None  # this curve's own, None where its tail cannot give one
     offset_seconds: float = 0.0  # train seconds before learning starts (compile, first step)
+    # a wsd trial's cooldown branch (autospeed.train.cooldown): its error over the error where it branched, and
+    # the train seconds where it branched; None without one
+    cooldown_factor: float | None = None
+    cooldown_at_seconds: float | None = None
+
+    @property
+    def decay_factor(self) -> float:
+        """What the decay multiplies the error by: measured by the trial's own cooldown branch, else typical."""
+        return self.cooldown_factor if self.cooldown_factor is not None else COOLDOWN_ERROR_FACTOR
+
+    def decay_text(self) -> str:
+        if self.cooldown_factor is None:
+            return f"error x {COOLDOWN_ERROR_FACTOR}, the typical factor: no cooldown branch measured"
+        return f"error x {self.cooldown_factor:.2g}, measured by a cooldown branch at {self.cooldown_at_seconds:.3g} s"
 
 
 @dataclass(frozen=True)
@@ -83,10 +101,12 @@ def bound_of(values: Sequence[float], mode: str) -> float | None:
 
 
 def cut_of(seconds: Sequence[float], values: Sequence[float], epochs: Sequence[float], *, target: float, mode: str,
-           run_epochs: float, decay_epochs: float = 0.0, offset_seconds: float = 0.0) -> Cut | None:
+           run_epochs: float, decay_epochs: float = 0.0, offset_seconds: float = 0.0,
+           cooldown: tuple[float, float, float] | None = None) -> Cut | None:
     """The cut of a trial from its evaluations (train seconds, target metric, epoch), in order. `run_epochs`: the
-    recipe's epochs (its schedule's end); `decay_epochs`: how many of them a wsd decay takes (0: none). None where
-    the metric has no bound, or no evaluation is finite."""
+    recipe's epochs (its schedule's end); `decay_epochs`: how many of them a wsd decay takes (0: none);
+    `cooldown`: its latest cooldown branch (train seconds and the metric where it branched, the metric after it).
+    None where the metric has no bound, or no evaluation is finite."""
     points = [(s, v, e) for s, v, e in zip(seconds, values, epochs) if math.isfinite(v)]
     bound = bound_of([v for _, v, _ in points] + [target], mode)
     if not points or bound is None:
@@ -100,12 +120,17 @@ def cut_of(seconds: Sequence[float], values: Sequence[float], epochs: Sequence[f
     best = max(v for _, v, _ in points) if mode == "max" else min(v for _, v, _ in points)
     from autospeed.outcome import gap
 
+    factor = None
+    if cooldown is not None and decay_epochs > 0 and all(math.isfinite(v) for v in cooldown):
+        at_seconds, before, after = cooldown
+        factor = max(err(after), 1e-12) / max(err(before), 1e-12)
     return Cut(seconds=last_s, error=min(e for _, e in stable), error_seconds=stable[-1][0],
                target_error=max(err(target), 1e-12), gap=gap(best, target, mode),
                run_end_seconds=offset_seconds + run_epochs * per_epoch,
                stable_end_seconds=offset_seconds + stable_epochs * per_epoch, decays=decay_epochs > 0,
                ended=last_e >= run_epochs - 1e-9, exponent=local_exponent(stable, offset_seconds),
-               offset_seconds=offset_seconds)
+               offset_seconds=offset_seconds, cooldown_factor=factor,
+               cooldown_at_seconds=cooldown[0] if factor is not None else None)
 
 
 def local_exponent(points: Sequence[tuple[float, float]], offset_seconds: float = 0.0) -> float | None:
@@ -152,10 +177,11 @@ def crossing_seconds(cut: Cut, exponent: float) -> float:
     if not cut.decays:
         return math.inf  # its schedule ends the run before the crossing
     start = cut.error * (max(stable_end, x) / x) ** -exponent  # the error as the decay starts
-    if start * COOLDOWN_ERROR_FACTOR > cut.target_error:
+    factor = cut.decay_factor
+    if factor >= 1.0 or start * factor > cut.target_error:  # a measured cooldown may not help at all
         return math.inf
     # log-linear through the decay, from its start to the run's end
-    share = math.log(start / cut.target_error) / math.log(1.0 / COOLDOWN_ERROR_FACTOR)
+    share = math.log(start / cut.target_error) / math.log(1.0 / factor)
     return stable_end + (run_end - stable_end) * share + cut.offset_seconds
 
 
@@ -168,8 +194,9 @@ def score(cut: Cut, exponent: Exponent, cap_seconds: float) -> tuple[float, Pred
         return censored, none(f"its schedule ended the run at {cut.run_end_seconds:.3g} s before the target")
     mid = crossing_seconds(cut, exponent.mid)
     if not math.isfinite(mid):
+        decay = f"; wsd decay {cut.decay_text()}" if cut.decays else ""
         return censored, none(f"its schedule ends the run at ~{cut.run_end_seconds:.3g} s, before the projected "
-                              f"crossing ({from_pool})")
+                              f"crossing ({from_pool}{decay})")
     if mid > cap_seconds:
         return censored, none(f"past the cap: ~{mid:.3g} s is above {cap_seconds:.3g} s ({from_pool})")
     low = crossing_seconds(cut, exponent.high)  # the faster fall gives the earlier crossing
@@ -178,6 +205,6 @@ def score(cut: Cut, exponent: Exponent, cap_seconds: float) -> tuple[float, Pred
     high = min(slow, cut.run_end_seconds, cap_seconds)
     low, mid = max(low, cut.seconds), max(mid, cut.seconds)  # it had not met the target by the cut
     note = f"projected from the error at {cut.seconds:.3g} s, {from_pool}" + \
-        (f", with the wsd decay (error x {COOLDOWN_ERROR_FACTOR})" if cut.decays else "") + \
+        (f", with the wsd decay ({cut.decay_text()})" if cut.decays else "") + \
         ("; at the interval's slow end its schedule ends the run first" if not math.isfinite(slow) else "")
     return min(mid, cap_seconds), Prediction(mid, low, max(high, mid), note)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any, Literal
 
 import pydantic
@@ -194,7 +195,9 @@ class Recipe(_Strict):
     # loop's `eval_interval`); None: every eval_every_epochs
     eval_every_steps: int | None = Field(None, ge=1)
     seed: int = 0
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto (CUDA where visible, else the CPU), cpu, cuda, cuda:N (that GPU; data-parallel workers each take their own),
+    # mps: torch's own device strings, so a script's `device` reaches the run as it wrote it
+    device: str = "auto"
 
     batch_size: int = Field(128, ge=1)  # samples per forward pass per worker, unless micro_batch_size splits it
     accumulation_steps: int = Field(1, ge=1)  # effective batch = workers x batch_size x accumulation_steps
@@ -244,6 +247,13 @@ class Recipe(_Strict):
         if isinstance(data, dict) and data.get("workload") == SCRIPT_WORKLOAD:
             return {"schedule": "script", "optimizer": "script", **data}
         return data
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value in ("auto", "cpu", "cuda", "mps") or re.fullmatch(r"cuda:[0-9]+", value):
+            return value
+        raise ValueError("must be auto, cpu, cuda, cuda:N (a GPU's index, e.g. cuda:1) or mps")
 
     @field_validator("micro_batch_size", mode="before")
     @classmethod

@@ -21,12 +21,14 @@ from autospeed.workloads import Workload
 
 
 def train(recipe: Recipe, workload: Workload | None = None,
-          on_eval: Callable[[EvalEvent], bool | None] | None = None, num_threads: int | None = None) -> TrainResult:
+          on_eval: Callable[[EvalEvent], bool | None] | None = None, num_threads: int | None = None,
+          cooldown: trainer.Cooldown | None = None) -> TrainResult:
     """Train `recipe` to its target, its epochs or its budget (autospeed.train.trainer.train's contract: never
-    raises for a run that goes wrong). A script recipe runs its script; `workload` is then unused."""
+    raises for a run that goes wrong). A script recipe runs its script; `workload` is then unused, and so is
+    `cooldown` (the built-in trainer's cooldown branches, autospeed.train.cooldown: a script's loop has none)."""
     if is_script(recipe.workload):
         return train_script(recipe, on_eval, num_threads)
-    return trainer.train(recipe, workload, on_eval, num_threads)
+    return trainer.train(recipe, workload, on_eval, num_threads, cooldown)
 
 
 def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None) -> TrainResult:

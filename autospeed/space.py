@@ -211,6 +211,12 @@ class Predict(_Strict):
     # end a trial once its predicted TTA's low bound is above the incumbent's high bound (learning-curve
     # early termination); ASHA's rungs stay on train seconds either way
     early_stop: bool = False
+    # a wsd trial's cooldown branch (autospeed/train/cooldown.py): at its cut, a copy of its run decays the LR
+    # linearly to 0 over this share of its steps so far and is evaluated; the ranking uses what it measured
+    # instead of the typical decay factor. 0: no branch. `each_evaluation`: a branch at every stable-phase
+    # evaluation (the ASHA-stopped trials get one too; costs about fraction x half the run per evaluation)
+    cooldown_fraction: float = Field(0.2, ge=0, le=0.5)
+    cooldown_each_evaluation: bool = False
 
     def cap_seconds(self, budget_seconds: float) -> float:
         return self.max_seconds if self.max_seconds is not None else 20.0 * budget_seconds

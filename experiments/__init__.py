@@ -94,8 +94,8 @@ def _r(*args: str, writes: tuple[str, ...], measures: tuple[str, ...] = (), at: 
 TRAIN = ("autospeed/train/", "autospeed/run_recipe.py", "autospeed/recipe.py",
          *(f"autospeed/workloads/{f}" for f in ("__init__.py", "base.py", "_registry.py", "_cache.py")))
 BUILTIN, LM_DATA = "autospeed/workloads/_builtin.py", "autospeed/workloads/_lm.py"
-SEARCH = (*TRAIN, "autospeed/search/", "autospeed/track/", "autospeed/space.py", "autospeed/outcome.py",
-          "autospeed/predict.py", "autospeed/cli.py")
+SEARCH = (*TRAIN, "autospeed/search/", "autospeed/_ray.py", "autospeed/parallel/", "autospeed/track/",
+          "autospeed/space.py", "autospeed/outcome.py", "autospeed/predict.py", "autospeed/cli.py")
 PACKAGE = ("autospeed/",)
 TIMING = ("experiments/_common.py",)
 FAST, LM, SMOKE, LONG = (f"search_spaces/{n}.yaml" for n in ("fast", "lm", "smoke", "long"))
@@ -188,7 +188,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--workload-options", '{"num_samples": 2000}', "--workers", "1", "--repeats", "1", "--epochs", "10",
                "--max-train-seconds", "10", "--target-accuracy", "0.4", "--out", "{out}/scaling_cpu.md"),
         quick_writes=("scaling_cpu.md",),
-        measures=(*TRAIN, BUILTIN, "autospeed/search/_ray.py", "autospeed/search/data_parallel.py")),
+        measures=(*TRAIN, BUILTIN, "autospeed/_ray.py", "autospeed/parallel/")),
     Experiment(
         "search_efficiency", "search_efficiency.py",
         "compute each search strategy needs to find a near-best recipe (maths space; systems space, 12 and 24 "

@@ -34,9 +34,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import cpu_lock, emit_table, provenance  # noqa: E402
 
+from autospeed import _ray  # noqa: E402
+from autospeed.parallel.launch import train_on_workers  # noqa: E402
 from autospeed.recipe import Recipe  # noqa: E402
-from autospeed.search import _ray  # noqa: E402
-from autospeed.search.data_parallel import train_on_workers  # noqa: E402
 from autospeed.train.trainer import pick_device, train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 

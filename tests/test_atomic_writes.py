@@ -16,7 +16,7 @@ ALLOWED = {
     ("workloads/_cache.py", "save"): "the dataset cache: a temporary .npy renamed into place (os.replace)",
     ("workloads/_cache.py", "write_text"): "the cache's manifest: a temporary file renamed into place, written last",
     ("search/storage.py", "write_text"): "check_writable's empty probe file, removed at once",
-    ("search/_ray.py", "write_text"): "check_storage_shared's probe token, read back and removed",
+    ("_ray.py", "write_text"): "check_storage_shared's probe token, read back and removed",
     ("track/outbox.py", "open"): "the tracking journal, appended line by line and synced: a torn last line (a kill "
                                  "mid-append) is skipped on load, and its write had not returned to its caller",
     ("train/environment.py", "open"): "/proc/self/clear_refs: resets the peak RSS, not a file on disk",

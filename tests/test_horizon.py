@@ -32,10 +32,12 @@ def recipe(epochs: float, schedule: str = "constant") -> Recipe:
                   schedule=schedule)
 
 
-def report(values, epochs: float = 400, schedule: str = "constant", pool=None, seconds=T) -> dict:
+def report(values, epochs: float = 400, schedule: str = "constant", pool=None, seconds=T,
+           cooled: float | None = None) -> dict:
+    """The last report of a trial with these evaluations; `cooled`: the accuracy of a cooldown branch at its last."""
     c = TrialCurve(recipe(epochs, schedule), Predict(enabled=True).model_dump(), CAP_SECONDS, pool)
-    for s, v in zip(seconds, values):
-        c.add(float(s), float(v), float(s) / SECONDS_PER_EPOCH)
+    for i, (s, v) in enumerate(zip(seconds, values)):
+        c.add(float(s), float(v), float(s) / SECONDS_PER_EPOCH, cooldown=cooled if i == len(values) - 1 else None)
     return c.fields(Status.NOT_REACHED, False, float(max(values)))
 
 
@@ -74,6 +76,25 @@ def test_a_wsd_run_is_credited_with_its_decay_and_never_past_its_end():
     assert 24 * 0.8 * SECONDS_PER_EPOCH <= wsd["tta_predicted_seconds"] <= 24 * SECONDS_PER_EPOCH
     assert wsd["tta_predicted_high_seconds"] <= CAP_SECONDS
     assert wsd["objective"] < constant["objective"]
+
+
+def test_a_wsd_trial_with_a_cooldown_branch_is_ranked_by_what_its_branch_measured():
+    """The run of the test above (error 0.06 at 2.5 s, a 24-epoch wsd run): without a branch its decay is credited
+    with the typical factor (0.71) and it is predicted. A branch at the cut that halved the error (factor 0.5)
+    predicts an earlier crossing; one that barely helped (0.95) says its decay cannot get there by the run's end:
+    censored, below both. Each note says which factor it used."""
+    values = accuracy(0.06)
+    typical = report(values, epochs=24, schedule="wsd")
+    strong = report(values, epochs=24, schedule="wsd", cooled=1 - 0.06 * 0.5)
+    weak = report(values, epochs=24, schedule="wsd", cooled=1 - 0.06 * 0.95)
+    assert "typical factor" in typical["tta_note"] and "measured by" not in typical["tta_note"]
+    assert strong["tta_source"] == "predicted", strong["tta_note"]
+    assert "error x 0.5, measured by a cooldown branch at 2.5 s" in strong["tta_note"]
+    assert strong["tta_predicted_seconds"] < typical["tta_predicted_seconds"]
+    assert weak["tta_source"] == "none" and "error x 0.95, measured by a cooldown branch" in weak["tta_note"]
+    assert strong["objective"] < typical["objective"] < CAP_SECONDS < weak["objective"]
+    # under constant there is no decay to measure: a branch does not change its ranking
+    assert report(values, epochs=24, cooled=1 - 0.06 * 0.5) == report(values, epochs=24)
 
 
 def test_no_trial_ranks_below_a_worse_one_for_lacking_a_prediction():

@@ -42,6 +42,10 @@ CASES = [
                                                 "baseline_tta_note": "prod"}), ["not top_k: 2", "drop top_k"]),
     ("runs-one-with-ablation", space_with(confirm={"runs": "one", "ablation": True, "baseline_tta_seconds": 100,
                                                    "baseline_tta_note": "prod"}), ["drop ablation"]),
+    ("cooldown-fraction-too-long", space_with(predict={"cooldown_fraction": 0.8}),
+     ["predict.cooldown_fraction", "less than or equal to 0.5", "0.8"]),
+    ("cooldown-fraction-negative", space_with(predict={"cooldown_fraction": -0.1}),
+     ["predict.cooldown_fraction", "greater than or equal to 0"]),
     ("runs-unknown", space_with(confirm={"runs": "two"}), ["confirm.runs", "rounds", "fewest", "one"]),
 ]
 

@@ -42,7 +42,7 @@ from autospeed.recipe import Recipe
 from autospeed.script import channel
 from autospeed.script.knob_view import KnobView
 from autospeed.script.options import SCRIPT
-from autospeed.script.process import device_for, die_with_parent, join_process_group, watch_for_crash
+from autospeed.script.process import WorkerGroup, device_for, die_with_parent, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
@@ -89,11 +89,11 @@ class Context(Stepping, Reporting):
         threads = os.environ.get("AUTOSPEED_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
-        self.replicas = join_process_group(recipe.workers)
-        self.device = device_for(recipe, self.replicas)
+        self.device = device_for(recipe)
+        self._group = WorkerGroup(recipe.workers, self.device)  # joined at first use: the script may make it itself
         torch.manual_seed(recipe.seed)
         self.applied: dict[str, Any] = {
-            "device": self.device.type, "workers": self.replicas.world_size if self.replicas else 1,
+            "device": self.device.type, "workers": recipe.workers,  # the group, once joined, has as many
             "micro_batch_size": micro, "effective_batch": effective_batch(recipe), "data_loader": "dataloader"}
         set_backend_knobs(self._trained, self.device, self.applied)
         # bf16/fp16 act only inside ctx.autocast(): recorded when it first runs (autocast), else the result says
@@ -128,7 +128,12 @@ class Context(Stepping, Reporting):
     # ---- identity ----
     @property
     def rank(self) -> int:
-        return self.replicas.rank if self.replicas else 0
+        return self._group.rank
+
+    @property
+    def replicas(self):
+        """This process's place among the data-parallel workers (None: one worker); joins the group on first use."""
+        return self._group.replicas()
 
     @property
     def is_main(self) -> bool:
@@ -230,7 +235,9 @@ class Context(Stepping, Reporting):
         Accelerate's prepare does; `fp32_outputs=False`: as autocast left them, no fp32 copy of a large model's
         logits). `model` itself is moved in place and stays the eager module (also `ctx.module`): evaluate,
         average (EMA/SWA) and save it."""
-        train_model, self.module = prepare_module(model, self.config, self.device, self.applied, self.replicas)
+        replicas = self.replicas  # a group the script made itself: the script wraps its DDP (or passed it in)
+        train_model, self.module = prepare_module(model, self.config, self.device, self.applied,
+                                                  None if self._group.scripts_own else replicas)
         self._train_model = train_model
         return InForwardContext(train_model, self.autocast, fp32_outputs) if autocast else train_model
 

@@ -1,6 +1,6 @@
 """The ties of a user's script process to autospeed (autospeed.script.context uses them): the data-parallel
-group a torchrun-style start asks it to join and the device each worker takes; dying with the process that
-runs it; an exception that ends the script recorded as the run's result."""
+group a torchrun-style start asks it to join (the script's own, where it makes one) and the device each worker
+takes; dying with the process that runs it; an exception that ends the script recorded as the run's result."""
 
 from __future__ import annotations
 
@@ -18,29 +18,58 @@ from autospeed.train.run_record import failure
 from autospeed.train.setup import pick_device
 
 
-def device_for(recipe: Recipe, replicas: Replicas | None) -> torch.device:
+def device_for(recipe: Recipe) -> torch.device:
+    """The device the script trains on: the recipe's, as the script named it (autospeed.train.setup.pick_device:
+    cuda:1 stays cuda:1, mps stays mps); a data-parallel worker on CUDA takes the GPU of its LOCAL_RANK, as torchrun
+    scripts do. A CUDA device with an index is made current."""
     device = pick_device(recipe)
-    if device.type == "cuda" and replicas is not None:
-        local = int(os.environ.get("LOCAL_RANK", replicas.rank))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
+    if device.type == "cuda" and recipe.workers > 1:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0))))
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
     return device
 
 
-def join_process_group(workers: int) -> Replicas | None:
-    """torchrun-style: the runner starts `workers` copies with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT."""
-    if workers == 1:
-        return None
+class WorkerGroup:
+    """The run's data-parallel process group, joined at its first use. A torchrun-style script makes the group
+    itself (`init_process_group()` from the environment), often after `autospeed.init`: the context then joins the
+    script's group instead of making a second one, which torch refuses. Where the script makes none by then, the
+    context makes it, from the same environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: autospeed's runner
+    sets them as torchrun does). `scripts_own`: the script made it, so the script wraps its model in DDP itself."""
+
+    def __init__(self, workers: int, device: torch.device):
+        self.workers, self.device = workers, device
+        self._replicas: Replicas | None = None
+        self._joined = workers == 1  # one worker: no group (run alone under torchrun too: the script's own)
+        self.scripts_own = False
+
+    @property
+    def rank(self) -> int:
+        """This process's rank, read from the environment until the group is joined (so asking never joins)."""
+        if not self._joined:
+            return int(os.environ.get("RANK", 0))
+        return self._replicas.rank if self._replicas else 0
+
+    def replicas(self) -> Replicas | None:
+        if not self._joined:
+            self._replicas, self.scripts_own = join_process_group(self.workers, self.device)
+            self._joined = True
+        return self._replicas
+
+
+def join_process_group(workers: int, device: torch.device) -> tuple[Replicas | None, bool]:
+    """(this process's replicas, whether the script made the group). torchrun-style: the runner starts `workers`
+    copies with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; NCCL on CUDA, gloo elsewhere."""
     import torch.distributed as dist
 
-    if not dist.is_initialized():
+    scripts_own = dist.is_initialized()
+    if not scripts_own:
         if "RANK" not in os.environ:
             raise RuntimeError(f"the recipe asks for workers: {workers}; run the script through autospeed "
                                f"(`autospeed train --script ...`) or torchrun, which start the workers, or set "
                                f"workers: 1")
-        backend = "nccl" if torch.cuda.is_available() and os.environ.get("AUTOSPEED_DEVICE") != "cpu" else "gloo"
-        dist.init_process_group(backend=backend)
-    return Replicas.joined(workers)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return Replicas.joined(workers), scripts_own
 
 
 def die_with_parent() -> None:

@@ -110,11 +110,11 @@ class ScriptRun:
             env[channel.WALL_BEFORE], env[channel.WALL_ORIGIN] = repr(self.wall[0]), self.wall[1]
         if self.threads:
             env["AUTOSPEED_THREADS"] = env["OMP_NUM_THREADS"] = str(self.threads)
-        if self.recipe.device == "cpu":
-            env["AUTOSPEED_DEVICE"] = "cpu"
-        if port is not None:
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(self.recipe.workers),
-                       LOCAL_WORLD_SIZE=str(self.recipe.workers), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if port is not None:  # what torchrun gives each of its processes on one node (its elastic agent's aside)
+            n = str(self.recipe.workers)
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", ROLE_RANK=str(rank), ROLE_NAME="default",
+                       WORLD_SIZE=n, LOCAL_WORLD_SIZE=n, GROUP_WORLD_SIZE="1", ROLE_WORLD_SIZE=n,
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         return env
 
     def _start(self) -> tuple[list[subprocess.Popen], int, int]:

@@ -264,8 +264,9 @@ class Stepping:
         self._unscaled.clear()
         self.boundary = self._source == LOADER  # other sources: the next micro-batch begins with the next call
         self.record.stepped(self._effective, compiled=self.applied.get("compile", "none") != "none")
-        if self.step_count == 1 and self.preflight and self.side is not None:
-            self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults)
+        if self.step_count == 1 and self.preflight:  # every worker ends here: none waits in a collective for rank 0
+            if self.side is not None:
+                self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)

@@ -12,9 +12,8 @@ trials, MLflow records every trial, confirmation runs decide the winner.
     confirm.py    confirmation runs, each in a fresh process (no Ray); confirm_stats.py its statistics,
                   confirm_text.py its text, confirm_ledger.py the finished runs a resume keeps
     ablation.py   the winner re-timed with one knob set back at a time (confirm.ablation)
-    data_parallel.py  a trial on N workers through Ray Train's TorchTrainer
+    data_parallel.py  a data-parallel trial: its reservation and how ASHA stops it (autospeed.parallel starts workers)
     storage.py    the search's files on disk
-    _ray.py       Ray set-up and every Ray-version workaround
 """
 
 from autospeed.search.run import SearchOutcome, run_search

@@ -189,7 +189,8 @@ class TrialTracker(Callback):
                               self.target.mode)
         final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
                  "wall_to_target_seconds": last.get("wall_to_target_seconds") if tta is not None else None,
-                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb")}
+                 "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb"),
+                 layout.M_COOLDOWN_TOTAL_SECONDS: last.get(layout.M_COOLDOWN_TOTAL_SECONDS)}
         tags = {layout.TAG_STATUS: status.value, **_tta_source_tags(status, last)}
         is_predicted = tags[layout.TAG_TTA_SOURCE] == layout.TTA_PREDICTED
         predicted = {k: last.get(k) for k in PREDICTION_KEYS} if is_predicted else {}

@@ -39,11 +39,11 @@ import math
 import os
 import tempfile
 
+from autospeed._ray import stop_ray
 from autospeed.outcome import is_infeasible, sequential_confidence
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.run_recipe import train_in_fresh_process
 from autospeed.script.options import is_script
-from autospeed.search._ray import stop_ray
 from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest
 from autospeed.search.confirm_ledger import NO_KNOB, RunLedger
 from autospeed.search.confirm_stats import CONFIDENCE, Candidate, ConfirmOutcome, confirm_rounds, decide
@@ -94,7 +94,7 @@ def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: st
     trial), never in this driver, compiling from a new empty inductor cache unless `confirm.compile_cache: warm`.
     `compile_cache_to`: where a compiled run in a fresh process leaves its torch.compile cache
     (autospeed.train.compile_cache; none from data-parallel workers)."""
-    from autospeed.search.data_parallel import train_on_workers
+    from autospeed.parallel.launch import train_on_workers
 
     threads = _threads(spec)
     if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers

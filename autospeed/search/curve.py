@@ -42,19 +42,25 @@ class TrialCurve:
         self.epochs: list[float] = []
         self.offset_seconds = 0.0
         self.last: Prediction | None = None
+        self.cooldown: tuple[float, float, float] | None = None  # the latest branch: (seconds, value, after it)
 
-    def add(self, train_seconds: float, value: float, epoch: float, compile_seconds: float = 0.0) -> None:
+    def add(self, train_seconds: float, value: float, epoch: float, compile_seconds: float = 0.0,
+            cooldown: float | None = None) -> None:
+        """One evaluation; `cooldown`: the target metric after a cooldown branch taken at it (train.cooldown)."""
         self.seconds.append(train_seconds)
         self.values.append(value)
         self.epochs.append(epoch)
         self.offset_seconds = compile_seconds
+        if cooldown is not None:
+            self.cooldown = (train_seconds, value, cooldown)
 
     def score(self) -> tuple[float, Prediction]:
         """(objective, prediction) at equal horizon from the points so far (autospeed.horizon); sets `cut`."""
         r, target = self.recipe, self.recipe.resolved_target
         decay = r.epochs * r.decay_fraction if r.schedule == "wsd" else 0.0
         self.cut = horizon.cut_of(self.seconds, self.values, self.epochs, target=target.value, mode=target.mode,
-                                  run_epochs=r.epochs, decay_epochs=decay, offset_seconds=self.offset_seconds)
+                                  run_epochs=r.epochs, decay_epochs=decay, offset_seconds=self.offset_seconds,
+                                  cooldown=self.cooldown)
         if self.cut is None:
             best = next((v for v in self.values if v == v), None)
             return (objective(Status.NOT_REACHED, None, best, target.value, self.cap_seconds, target.mode),

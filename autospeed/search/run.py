@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autospeed import _ray
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.script.options import is_script
-from autospeed.search import _ray
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import counted
 from autospeed.search.resume import resume_state, same_script
@@ -173,7 +173,7 @@ def _start_ray(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None, ro
 def _check_placement(asked: _Asked, cpus: int, cluster_gpus: float) -> None:
     """Data-parallel workers that cannot be placed on `cpus` cores a trial (and the cluster's GPUs, where trials
     take GPUs) are bad input: refused before any run is created, naming the key that asked for them."""
-    from autospeed.search.data_parallel import placement_problem
+    from autospeed.parallel.launch import placement_problem
 
     most_workers, asked_by = asked.spec.most_workers()
     problem = placement_problem(most_workers, cpus, asked.spec.resources.gpus_per_trial, cluster_gpus)

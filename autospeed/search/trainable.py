@@ -21,7 +21,7 @@ from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
 from autospeed.space import SearchSpec
-from autospeed.track.layout import METRIC_NAMES
+from autospeed.track.layout import M_COOLDOWN_PREFIX, M_COOLDOWN_TOTAL_SECONDS, METRIC_NAMES
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
 
@@ -64,7 +64,8 @@ class TrialReports:
             env = {"environment": json.dumps({**environment(pick_device(self.recipe)), "node": self.where,
                                               "workers": ran_on})}
         self.first = False
-        self.curve.add(e.train_seconds, e.value, e.epoch, e.compile_seconds)
+        self.curve.add(e.train_seconds, e.value, e.epoch, e.compile_seconds,
+                       e.cooldown.get(f"{M_COOLDOWN_PREFIX}{self.recipe.resolved_target.metric}"))
         return {
             **env, "node": self.where, WORKERS: self.recipe.workers, "step": e.step, "epoch": e.epoch,
             "train_seconds": e.train_seconds,
@@ -73,6 +74,7 @@ class TrialReports:
             "value": e.value, "best_value": e.best_value, "train_loss": e.train_loss,
             "samples_per_second": e.samples_per_second, "objective": e.objective, FINAL: False,
             **{k: v for k, v in (("tokens_per_second", e.tokens_per_second), ("mfu", e.mfu)) if v is not None},
+            **e.cooldown,  # a cooldown branch taken at this evaluation (autospeed.train.cooldown)
             # an ASHA-stopped trial never sends the final report: its run takes these from here
             "compile_seconds": e.compile_seconds, "peak_memory_mb": e.peak_memory_mb, "recipe_key": self.key,
             # under predict: the prediction from the curve so far, and the objective it gives (search/curve.py)
@@ -93,6 +95,7 @@ class TrialReports:
             "tta_seconds": r.tta_seconds, "wall_seconds": r.wall_seconds, "compile_seconds": r.compile_seconds,
             "wall_to_target_seconds": r.wall_to_target_seconds, "wall_clock_origin": r.wall_clock_origin,
             "peak_memory_mb": r.peak_memory_mb, "samples_per_second": r.samples_per_second, "objective": r.objective,
+            M_COOLDOWN_TOTAL_SECONDS: r.cooldown_seconds,
             "error": r.error or "", "stderr_tail": r.stderr_tail or "", "applied": json.dumps(r.applied),
             "node": self.where,
             "environment": json.dumps({**r.environment, "node": self.where}),
@@ -148,8 +151,19 @@ def trainable(config: dict[str, Any], spec_json: str, threads: int, search_dir: 
         # predict.early_stop: ended once its predicted TTA cannot be among the confirm.top_k best
         return early_stop and reports.curve.stop_early(folder.incumbent_high_seconds(spec.confirm.top_k))
 
-    r = train(recipe, workload, on_eval=on_eval, num_threads=threads)
+    r = train(recipe, workload, on_eval=on_eval, num_threads=threads, cooldown=cooldown_of(spec, recipe))
     tune.report(reports.final(r))
+
+
+def cooldown_of(spec: SearchSpec, recipe):
+    """The cooldown branches a trial takes (autospeed.train.cooldown): a wsd trial's, in a search with predict on
+    and a cooldown_fraction above 0; None for every other."""
+    from autospeed.train.cooldown import Cooldown
+
+    p = spec.predict
+    if not (p.enabled and p.cooldown_fraction > 0 and recipe.schedule == "wsd"):
+        return None
+    return Cooldown(p.cooldown_fraction, p.cooldown_each_evaluation)
 
 
 def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, trial_id: str,
@@ -159,7 +173,8 @@ def _drive_workers(recipe, key: str, cpus: int, gpus: int, folder: SearchDir, tr
     stop file, which ASHA writes (data_parallel.request_stop)."""
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from autospeed.search.data_parallel import DRIVER_CPUS, fit, stop_file, worker_threads
+    from autospeed.parallel.launch import fit, worker_threads
+    from autospeed.search.data_parallel import DRIVER_CPUS, stop_file
 
     stop = stop_file(folder.path, trial_id)
     stop.unlink(missing_ok=True)  # a request to this trial's earlier run, which a killed search left: it starts over

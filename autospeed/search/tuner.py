@@ -12,8 +12,8 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 from ray.tune.search.optuna import OptunaSearch
 
+from autospeed import _ray
 from autospeed.recipe import Target
-from autospeed.search import _ray
 from autospeed.search.storage import SearchDir
 from autospeed.space import SearchSpec
 

@@ -77,6 +77,12 @@ TAG_WALL_ORIGIN = "autospeed.wall_clock_origin"
 M_TTA_PREDICTED, M_TTA_PREDICTED_LOW, M_TTA_PREDICTED_HIGH = (
     "tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
 TAG_TTA_SOURCE = "autospeed.tta_source"  # measured | predicted | none
+# a wsd trial's cooldown branch (autospeed.train.cooldown), at the evaluation's step: cooldown_<metric> for every
+# metric the workload reports, the branch's optimizer steps and its seconds (off the train clock: exploration
+# cost); final: the seconds of all its branches
+M_COOLDOWN_PREFIX = "cooldown_"
+M_COOLDOWN_STEPS, M_COOLDOWN_SECONDS = f"{M_COOLDOWN_PREFIX}steps", f"{M_COOLDOWN_PREFIX}seconds"
+M_COOLDOWN_TOTAL_SECONDS = f"{M_COOLDOWN_PREFIX}total_seconds"
 # `autospeed train` of an exported winner with a trajectory (autospeed.train.on_track): the predicted TTA it was
 # checked against, measured TTA / predicted, pace (live seconds / predicted seconds to the same metric) at each
 # checkpoint, the verdict and where the prediction came from
@@ -314,7 +320,8 @@ def eval_metrics(event: dict[str, Any], names: Iterable[str] | None = None) -> l
     step: train loss, train seconds, samples/s (tokens/s and MFU where counted) and the workload's metrics (`names`,
     else the event's `metric_names`, else val_accuracy)."""
     names = list(names if names is not None else event.get(METRIC_NAMES) or [M_VAL_ACCURACY])
-    return metrics({k: event[k] for k in (*EVAL_METRICS, *names) if event.get(k) is not None},
+    cooldown = [k for k in event if k.startswith(M_COOLDOWN_PREFIX) and k != M_COOLDOWN_TOTAL_SECONDS]
+    return metrics({k: event[k] for k in (*EVAL_METRICS, *names, *cooldown) if event.get(k) is not None},
                    step=int(event["step"]))
 
 
@@ -331,6 +338,7 @@ def final_metrics(result: dict[str, Any], objective: float | None = None) -> lis
         M_COMPILE_SECONDS: result.get("compile_seconds"),
         M_PEAK_MEMORY_MB: result.get("peak_memory_mb"),
         M_OBJECTIVE: objective,
+        M_COOLDOWN_TOTAL_SECONDS: result.get(M_COOLDOWN_TOTAL_SECONDS) or None,  # only where it branched
         # a predicted trial's (search/curve.py); absent from every other run
         M_TTA_PREDICTED: result.get(M_TTA_PREDICTED),
         M_TTA_PREDICTED_LOW: result.get(M_TTA_PREDICTED_LOW),

@@ -116,20 +116,34 @@ class Batches:
         return (x.contiguous(memory_format=torch.channels_last), *rest)
 
     def epoch(self) -> Iterator[Any]:
+        if not self.resident:
+            if self.sampler is not None:
+                self.sampler.set_epoch(self.epochs_started)  # a new shuffle each epoch, the same on every worker
+            self.epochs_started += 1
+        return self._epoch(self.generator, None if self.resident else self.loader)
+
+    def branch(self, seed: int) -> Iterator[Any]:
+        """Micro-batches in an order of their own, epoch after epoch, endlessly: a cooldown branch's
+        (autospeed.train.cooldown). This object's order, generator and loader are left as they were. One worker."""
+        generator = torch.Generator().manual_seed(seed)
+        loader = None if self.resident else make_loader(
+            self.recipe, self.loader.dataset, self.recipe.batch_size, shuffle=True, drop_last=True,
+            generator=generator, pin=self.non_blocking)
+        while True:
+            yield from self._epoch(generator, loader)
+
+    def _epoch(self, generator: torch.Generator, loader) -> Iterator[Any]:
         usable = self.steps_per_epoch * self.effective  # samples this epoch, over all workers
         micro = self.recipe.batch_size
-        if self.resident:
-            order = torch.randperm(self.n, generator=self.generator)[:usable].to(self.device)
+        if loader is None:
+            order = torch.randperm(self.n, generator=generator)[:usable].to(self.device)
             mine = self.rank * micro  # this worker's slice of each global micro-batch
             for start in range(0, usable, micro * self.world_size):
                 idx = order[start + mine:start + mine + micro]
                 yield self._layout((self.x[idx], self.y[idx]))  # already on the device: no copy per step
         else:
-            if self.sampler is not None:
-                self.sampler.set_epoch(self.epochs_started)  # a new shuffle each epoch, the same on every worker
-            self.epochs_started += 1
             # islice: the loader never fetches the micro-batches of an incomplete last effective batch
-            for batch in itertools.islice(self.loader, usable // (micro * self.world_size)):
+            for batch in itertools.islice(loader, usable // (micro * self.world_size)):
                 yield self._layout(to_device(batch, self.device, self.non_blocking))
 
 

@@ -87,7 +87,7 @@ def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int,
     applied["warmup_fraction"] = recipe.warmup_fraction if warmup > 0 else 0.0
     rest = max(total_steps - warmup, 1)
     if recipe.schedule == "wsd":
-        return _warmup_stable_decay(optimizer, warmup, rest, max(1, round(recipe.decay_fraction * total_steps)))
+        return _warmup_stable_decay(optimizer, warmup, rest, total_steps - decay_start_step(recipe, total_steps))
     main = {
         "constant": lambda: sched.ConstantLR(optimizer, factor=1.0, total_iters=0),
         "cosine": lambda: sched.CosineAnnealingLR(optimizer, T_max=rest),
@@ -97,6 +97,17 @@ def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int,
         return main
     ramp = sched.LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup)
     return sched.SequentialLR(optimizer, [ramp, main], milestones=[warmup])
+
+
+def decay_start_step(recipe, total_steps: int) -> int:
+    """The optimizer step where the recipe's LR starts its last fall: wsd's decay (its last decay_fraction of the
+    steps, at least one, after the warm-up); the run's end for constant; 0 where it falls over the whole run."""
+    if recipe.schedule == "constant":
+        return total_steps
+    if recipe.schedule != "wsd":
+        return 0
+    rest = max(total_steps - int(recipe.warmup_fraction * total_steps), 1)
+    return total_steps - min(max(1, round(recipe.decay_fraction * total_steps)), rest)
 
 
 def _warmup_stable_decay(optimizer, warmup: int, rest: int, decay: int):

@@ -47,6 +47,9 @@ class EvalEvent:
     # over the same steps as samples_per_second, where the workload counts them (autospeed.train.throughput)
     tokens_per_second: float | None = None
     mfu: float | None = None  # model FLOPs utilisation: a fraction of the device's dense bf16 peak
+    # a cooldown branch taken at this evaluation (autospeed.train.cooldown): cooldown_<metric>, cooldown_steps,
+    # cooldown_seconds; empty without one
+    cooldown: dict[str, float] = field(default_factory=dict)
 
     @property
     def val_accuracy(self) -> float | None:
@@ -58,9 +61,9 @@ class EvalEvent:
 
     def flat(self) -> dict[str, float]:
         """One history row: the scalars and every metric at the top level."""
-        row = {k: v for k, v in asdict(self).items() if k not in ("metrics", "best_metrics", "reached")
+        row = {k: v for k, v in asdict(self).items() if k not in ("metrics", "best_metrics", "reached", "cooldown")
                and not (k in ("tokens_per_second", "mfu") and v is None)}  # counted by some workloads only
-        return {**row, **self.metrics, **{f"best_{k}": v for k, v in self.best_metrics.items()}}
+        return {**row, **self.metrics, **{f"best_{k}": v for k, v in self.best_metrics.items()}, **self.cooldown}
 
 
 @dataclass
@@ -100,6 +103,13 @@ class TrainResult:
     @property
     def best_val_accuracy(self) -> float | None:
         return self.best_metrics.get("val_accuracy")
+
+    @property
+    def cooldown_seconds(self) -> float:
+        """Seconds its cooldown branches took (autospeed.train.cooldown): in wall_seconds, off the train clock."""
+        from autospeed.track.layout import M_COOLDOWN_SECONDS
+
+        return sum(row.get(M_COOLDOWN_SECONDS, 0.0) for row in self.history)
 
     def to_dict(self) -> dict[str, Any]:
         """The result object: the best of each metric as `best_<metric>` (best_val_accuracy, best_val_loss, ...)."""

@@ -74,10 +74,12 @@ class RunRecord:
             self.clock.start()
 
     # ---- evaluations (the clock stopped) ----
-    def evaluation(self, metrics: dict[str, float], train_loss: float) -> EvalEvent:
+    def evaluation(self, metrics: dict[str, float], train_loss: float,
+                   cooldown: dict[str, float] | None = None) -> EvalEvent:
         """One evaluation's metrics and the mean train loss since the last: the bests, the count, the event as
         `on_eval` gets it (kept in the history). The TTA is the caller's to take (`met_target`): a run may
-        end as diverged at this same evaluation."""
+        end as diverged at this same evaluation. `cooldown`: a cooldown branch's fields (train.cooldown), not in
+        the bests: the run itself never trained that way."""
         target, train_seconds = self.target, self.clock.total
         for name, value in metrics.items():
             self.best_metrics[name] = better(self.mode_of(name), self.best_metrics.get(name), value)
@@ -94,7 +96,7 @@ class RunRecord:
             compile_seconds=self.compile_seconds, peak_memory_mb=self.peak.mb(),
             objective=objective(Status.RUNNING, train_seconds if reached else None, best, target.value,
                                 self.max_train_seconds, target.mode),
-            best_metrics=dict(self.best_metrics), **self.rates(samples_per_second))
+            best_metrics=dict(self.best_metrics), **self.rates(samples_per_second), cooldown=dict(cooldown or {}))
         self.history.append(event.flat())
         self.steps_since_eval = self.samples_since_eval = 0
         self._clock_at_last_eval = train_seconds

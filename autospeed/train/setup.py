@@ -11,6 +11,7 @@ CPU, a compile mode without CUDA graphs)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable
 
 import torch
@@ -37,21 +38,63 @@ class _Checkpointed(nn.Module):
 
 
 def pick_device(recipe: Recipe) -> torch.device:
-    if recipe.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("recipe asks for device: cuda but no CUDA device is visible")
-    if recipe.device == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda")
+    """The device `recipe.device` names: auto (CUDA where visible, else the CPU), cpu, cuda (the current GPU), cuda:N
+    (that GPU, for one worker; data-parallel workers each take their own, as torchrun scripts do by LOCAL_RANK), mps.
+    A device this machine lacks fails the run (a runtime failure: the recipe itself is valid)."""
+    name = ("cuda" if torch.cuda.is_available() else "cpu") if recipe.device == "auto" else recipe.device
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"recipe asks for device: {name} but no CUDA device is visible")
+        if device.index is not None and recipe.workers > 1:
+            return torch.device("cuda")  # each worker's own: Ray Train or the script's LOCAL_RANK sets it current
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(f"recipe asks for device: {name} but {torch.cuda.device_count()} CUDA device(s) are "
+                               f"visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                               f"name one of them, or cuda")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("recipe asks for device: mps but torch sees no MPS device (Apple silicon)")
+    return device
+
+
+# TF32 by precision (docs/design.md "Recipe: the knobs"): tf32 turns it on for CUDA matmuls and cuDNN convolutions,
+# fp32 off (true fp32, what tf32 is measured against); bf16 and fp16 leave it as the process had it before autospeed
+# first set anything (the script's own setting, or torch's default): their autocast regions run in half precision,
+# and the fp32 work outside them keeps the script's TF32.
+_process_tf32: tuple | None = None
+
+
+def _tf32_settings() -> tuple:
+    """The process's TF32 settings for matmuls and cuDNN convolutions, read through torch's newer `fp32_precision`
+    where it has one (torch >= 2.9: reading the legacy `allow_tf32` raises after a script set the newer API)."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision"):
+        return "fp32_precision", matmul.fp32_precision, cudnn.conv.fp32_precision
+    return "allow_tf32", matmul.allow_tf32, cudnn.allow_tf32
+
+
+def _restore_tf32(settings: tuple) -> None:
+    api, matmul, conv = settings
+    if api == "fp32_precision":
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
+    else:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
 
 
 def set_backend_knobs(recipe: Recipe, device: torch.device, applied: dict[str, Any]) -> None:
+    global _process_tf32
     cuda = device.type == "cuda"
     if cuda:
-        tf32 = recipe.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+        if _process_tf32 is None:
+            _process_tf32 = _tf32_settings()
+        if recipe.precision in ("tf32", "fp32"):
+            tf32 = recipe.precision == "tf32"
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+        elif _tf32_settings() != _process_tf32:  # an earlier run in this process changed it: the process's own again
+            _restore_tf32(_process_tf32)
         torch.backends.cudnn.benchmark = recipe.cudnn_benchmark
-    applied["tf32"] = cuda and recipe.precision == "tf32"
+    applied["tf32"] = cuda and _tf32_settings()[1] in (True, "tf32")  # the matmuls' setting, as it acts
     applied["precision"] = "fp32" if recipe.precision == "tf32" and not cuda else recipe.precision  # TF32 is CUDA's
     applied["cudnn_benchmark"] = cuda and recipe.cudnn_benchmark
 
@@ -94,19 +137,24 @@ def prepare_module(model: nn.Module, recipe, device: torch.device, applied: dict
                    replicas: Replicas | None = None, images: bool = True):
     """`model` with the knobs applied (activation checkpointing, channels_last, device, DDP, torch.compile);
     return (model for training, model for eval: the same parameters, eager and unwrapped). With replicas the
-    training model is under DDP (compiled around it, as torch recommends)."""
+    training model is under DDP (compiled around it, as torch recommends). A model a script wrapped in its own
+    DistributedDataParallel is kept so, never wrapped twice: its `.module` is the eager model."""
+    own_ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+    if own_ddp is not None:
+        model, replicas = own_ddp.module, None
     blocks = getattr(model, "checkpoint_blocks", None)
     applied["activation_checkpointing"] = bool(recipe.activation_checkpointing and blocks is not None)
     if applied["activation_checkpointing"]:
         for name, block in list(blocks.named_children()):
             setattr(blocks, name, _Checkpointed(block))
     # channels_last acts on 4-D image inputs into a model with 4-D (Conv2d) weights, on CUDA
-    channels_last = (recipe.channels_last and images and device.type == "cuda"
+    # (not under a script's own DDP: its gradient buckets were laid out for the parameters as they were)
+    channels_last = (recipe.channels_last and images and device.type == "cuda" and own_ddp is None
                      and any(p.dim() == 4 for p in model.parameters()))
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     applied["channels_last"] = channels_last
     mode = compile_mode(recipe, device)
-    parallel = model if replicas is None else replicas.wrap(model, device)
+    parallel = own_ddp or (model if replicas is None else replicas.wrap(model, device))
     train_model = parallel if mode == "none" else torch.compile(parallel, mode=mode)
     applied["compile"] = mode
     # Evaluation runs the eager module (same parameters): off the train clock, and

@@ -23,13 +23,15 @@ class Clock:
     zero (train seconds an earlier out-of-memory attempt already spent)."""
 
     def __init__(self, device: torch.device, total: float = 0.0):
-        self.cuda = device.type == "cuda"
+        self.device = device
         self.total = total
         self.started: float | None = None
 
     def _now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the run's GPU (cuda:N), not the current one
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
         return time.perf_counter()
 
     @property

@@ -12,6 +12,10 @@ Timing rules (docs/design.md "What is timed"):
   * TTA = train seconds at the first evaluation that meets the target (any metric the
     workload reports, in its direction: `val_accuracy >= 0.95`, `val_loss <= 1.6`).
 
+With `cooldown` (a wsd trial of a long-job search), the evaluation at the trial's cut (or every stable-phase
+evaluation) also measures a cooldown branch of the run, off the train clock, and restores the run as it was
+(autospeed.train.cooldown).
+
 The trainer imports torch and the standard library only. Evaluations go out
 through the `on_eval` callback; returning True from it stops the run (status
 `stopped_early`).
@@ -32,11 +36,12 @@ import torch
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.train.batch import as_trained, effective_batch, micro_batch_sizes
+from autospeed.train.cooldown import Cooldown, branch
 from autospeed.train.data import Batches, ValBatches
 from autospeed.train.distributed import Replicas, ddp_of
 from autospeed.train.environment import PeakMemory
 from autospeed.train.evaluate import EvaluationOutOfMemory, evaluate_once
-from autospeed.train.optimizers import build_optimizers, build_schedule
+from autospeed.train.optimizers import build_optimizers, build_schedule, decay_start_step
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 from autospeed.train.run_record import RunRecord
 from autospeed.train.setup import (
@@ -52,7 +57,7 @@ from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
 from autospeed.train.throughput import rates
 from autospeed.workloads import Workload, load_workload
 
-__all__ = ["EvalEvent", "TrainResult", "pick_device", "train"]
+__all__ = ["Cooldown", "EvalEvent", "TrainResult", "pick_device", "train"]
 
 OnEval = Callable[[EvalEvent], "bool | None"]
 
@@ -62,6 +67,7 @@ def train(
     workload: Workload | None = None,
     on_eval: OnEval | None = None,
     num_threads: int | None = None,
+    cooldown: Cooldown | None = None,
 ) -> TrainResult:
     """Train `recipe` until it reaches its target, runs out of epochs or of budget.
 
@@ -83,11 +89,13 @@ def train(
         torch.set_num_threads(num_threads)
     workload = workload or load_workload(recipe.workload, recipe.workload_options)
     device = pick_device(recipe)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # cuda:N: its kernels, streams and compiled graphs on that GPU
     clock = Clock(device)  # one clock over every attempt: time lost to an out-of-memory attempt is charged
     for micro in micro_batch_sizes(recipe):
         retry_seconds = clock.total
         trained = as_trained(recipe, micro)
-        result, retry_smaller = _attempt(trained, workload, device, clock, on_eval, wall)
+        result, retry_smaller = _attempt(trained, workload, device, clock, on_eval, wall, cooldown)
         result.micro_batch_retry_seconds = retry_seconds
         result.applied.update({"micro_batch_size": micro, "effective_batch": effective_batch(recipe), "lr": trained.lr})
         if not retry_smaller:
@@ -96,7 +104,7 @@ def train(
 
 
 def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Clock, on_eval: OnEval | None,
-             wall: tuple[float, float, str]) -> tuple[TrainResult, bool]:
+             wall: tuple[float, float, str], cooldown: Cooldown | None = None) -> tuple[TrainResult, bool]:
     """One training run of `recipe` as trained (micro-batch and LR resolved, batch.as_trained), and
     whether it ran out of memory in a training step (where a smaller micro-batch may fit)."""
     # Every run pays for its own compilation: without this, a reused process (a Ray
@@ -119,7 +127,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
                        rates=lambda samples_per_second: rates(samples_per_second, workload, device, applied["workers"]))
     retry_smaller = False
     try:
-        _train(recipe, workload, device, replicas, applied, record, on_eval)
+        _train(recipe, workload, device, replicas, applied, record, on_eval, cooldown)
     except Exception as e:  # every failure becomes a status the caller can act on
         record.failed(e)
         retry_smaller = record.status == Status.OOM and not isinstance(e, EvaluationOutOfMemory)
@@ -133,7 +141,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
 
 
 def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: Replicas | None,
-           applied: dict[str, Any], record: RunRecord, on_eval: OnEval | None) -> None:
+           applied: dict[str, Any], record: RunRecord, on_eval: OnEval | None, cooldown: Cooldown | None) -> None:
     """Build the run (model, data, optimizers, one step's knobs) and train it until an evaluation ends it."""
     train_model, eval_model = prepare_model(recipe, workload, device, applied, replicas)
     batches = _batches(recipe, workload, device, replicas, applied)
@@ -163,21 +171,40 @@ def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: R
                              f"target metric '{record.target.metric}'")
         return values
 
+    def backward(batch) -> torch.Tensor:
+        """One micro-batch's forward and backward pass; its loss."""
+        if augment is not None:
+            batch = (augment(batch[0]), *batch[1:])
+        with forward():
+            loss = loss_of(train_model, batch)
+        stepper.backward(loss)
+        return loss
+
+    decay_start = decay_start_step(recipe, total_steps)
+
+    def cooled(values: dict[str, float], train_loss: float, cut: bool) -> dict[str, float] | None:
+        """A cooldown branch's fields at this evaluation, where one is wanted (train.cooldown), else None."""
+        if (cooldown is None or replicas is not None or not cooldown.wanted(record.steps, decay_start, cut)
+                or not math.isfinite(train_loss) or record.target.met(values[record.target.metric])):
+            return None
+        out = branch(cooldown, record.steps, model=eval_model, optimizers=optimizers, stepper=stepper,
+                     micro_batches=batches.branch(recipe.seed * 1_000_003 + record.steps), backward=backward,
+                     evaluate=evaluate, device=device)
+        if isinstance(out, str):
+            applied["cooldown_failed"] = out  # the last branch that failed; the ranking then uses the typical factor
+            return None
+        return out
+
     train_model.train()
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
     micro = 0
     record.clock.start()
     while True:
         for batch in batches.epoch():
-            if augment is not None:
-                batch = (augment(batch[0]), *batch[1:])
             micro += 1
             if ddp is not None:
                 ddp.require_backward_grad_sync = micro % k == 0
-            with forward():
-                loss = loss_of(train_model, batch)
-            stepper.backward(loss)
-            loss_sum += loss.detach().float()
+            loss_sum += backward(batch).detach().float()
             if micro % k:
                 continue
             stepper.step(optimizers, schedulers)
@@ -192,7 +219,10 @@ def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: R
             record.clock.stop()
             summed = loss_sum if replicas is None else replicas.mean(loss_sum)  # the global batch's loss
             train_loss = summed.item() / (record.steps_since_eval * k)
-            if _evaluation_ends_run(record, evaluate(), train_loss, replicas, on_eval, out_of_steps or out_of_time):
+            values = evaluate()
+            branched = cooled(values, train_loss, cut=out_of_time and not out_of_steps)
+            if _evaluation_ends_run(record, values, train_loss, replicas, on_eval, out_of_steps or out_of_time,
+                                    branched):
                 return
             loss_sum.zero_()
             record.clock.start()
@@ -214,10 +244,11 @@ def _batches(recipe: Recipe, workload: Workload, device: torch.device, replicas:
 
 
 def _evaluation_ends_run(record: RunRecord, values: dict[str, float], train_loss: float,
-                         replicas: Replicas | None, on_eval: OnEval | None, out_of_steps_or_time: bool) -> bool:
-    """One evaluation recorded and sent to `on_eval`; whether it ends the run: diverged, the target met, the steps
-    or the budget spent, or `on_eval` asking to stop."""
-    event = record.evaluation(values, train_loss)
+                         replicas: Replicas | None, on_eval: OnEval | None, out_of_steps_or_time: bool,
+                         cooldown: dict[str, float] | None = None) -> bool:
+    """One evaluation recorded (with the cooldown branch taken at it) and sent to `on_eval`; whether it ends the
+    run: diverged, the target met, the steps or the budget spent, or `on_eval` asking to stop."""
+    event = record.evaluation(values, train_loss, cooldown)
     if not math.isfinite(train_loss):
         record.diverged(train_loss)
         return True

@@ -23,7 +23,8 @@ def long_search(tmp_path_factory, new_store):
         # the baseline's TTA given, not re-run: its slow SGD would spend the whole production budget
         confirm={"top_k": 1, "repeats": 1, "max_train_seconds": PRODUCTION_SECONDS, "baseline_tta_seconds": 29.0,
                  "baseline_tta_note": "long.yaml's baseline median, experiments/results/long_job_payback.md"},
-        baseline={"batch_size": 32, "optimizer": "sgd", "lr": 0.005, "schedule": "constant"},  # far from 0.975 in 0.4 s
+        # far from 0.975 in 0.4 s; wsd (its decay far past the budget): one trial sure to take a cooldown branch
+        baseline={"batch_size": 32, "optimizer": "sgd", "lr": 0.005, "schedule": "wsd"},
         fixed={"epochs": 200, "eval_every_epochs": 0.1, "optimizer": "adamw"},  # many evaluations, even under load
         space={"batch_size": {"choice": [32, 64]}, "lr": {"loguniform": [0.0005, 0.001]},
                "schedule": {"choice": ["constant", "wsd"]}})
@@ -78,3 +79,21 @@ def test_the_winner_is_confirmed_by_production_runs_and_exported_measured(long_s
     assert best["measured"]["confirmed"] is True
     assert best["measured"]["tta_source"] == "measured"
     assert best["measured"]["tta_seconds_median"] > 0  # measured by the production runs
+
+
+def test_a_wsd_trial_measures_its_cooldown_branch_and_is_ranked_by_it(long_search):
+    """Each wsd trial, cut at its budget, measured a cooldown branch (predict.cooldown_fraction's default 0.2): its
+    run carries the branch's accuracy and seconds, and a ranking that credits its decay says it used the measured
+    factor; no constant trial branched (autospeed/train/cooldown.py)."""
+    trials = [r for r in long_search["runs"] if r.data.tags["autospeed.kind"] == "trial"]
+    wsd = [r for r in trials if r.data.params["schedule"] == "wsd"]
+    assert wsd  # the baseline's at least
+    for run in trials:
+        metrics, note = run.data.metrics, run.data.tags["autospeed.tta_note"]
+        if run.data.params["schedule"] == "wsd":
+            assert 0 <= metrics["cooldown_val_accuracy"] <= 1 and metrics["cooldown_seconds"] > 0
+            assert metrics["cooldown_total_seconds"] == pytest.approx(metrics["cooldown_seconds"])
+            assert "typical factor" not in note, note
+            assert "measured by a cooldown branch" in note or "past the cap" in note, note
+        else:
+            assert not any(k.startswith("cooldown_") for k in metrics)

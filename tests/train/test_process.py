@@ -97,13 +97,13 @@ def test_a_data_parallel_confirmation_run_compiles_cold_on_its_workers(monkeypat
     workers point inductor (and Triton) at the run's own folder before training."""
     import os
 
-    from autospeed.search import data_parallel
+    from autospeed.parallel import launch
     from autospeed.search.confirm import train_like_production
     from autospeed.space import SearchSpec
     from autospeed.train import trainer
 
     asked = []
-    monkeypatch.setattr(data_parallel, "train_on_workers", lambda recipe, cpus, gpus, compile_cache:
+    monkeypatch.setattr(launch, "train_on_workers", lambda recipe, cpus, gpus, compile_cache:
                         asked.append(compile_cache))
     spec = {"name": "n", "workload": "digits", "target_accuracy": 0.9, "budget": {"trials": 1},
             "space": {"lr": {"loguniform": [0.01, 0.1]}}}
@@ -116,8 +116,8 @@ def test_a_data_parallel_confirmation_run_compiles_cold_on_its_workers(monkeypat
     monkeypatch.setattr(trainer, "train", lambda recipe, num_threads: (os.environ["TORCHINDUCTOR_CACHE_DIR"],
                                                                         os.environ.get("TRITON_CACHE_DIR")))
     config = {"recipe": Recipe(**REACHES).model_dump_json(), "threads": 1}
-    assert data_parallel._recipe_worker({**config, "inductor_cache_dir": None})[0] == "/shared"
-    assert data_parallel._recipe_worker({**config, "inductor_cache_dir": "/run/inductor"}) == (
+    assert launch._recipe_worker({**config, "inductor_cache_dir": None})[0] == "/shared"
+    assert launch._recipe_worker({**config, "inductor_cache_dir": "/run/inductor"}) == (
         "/run/inductor", "/run/inductor/triton")
 
 

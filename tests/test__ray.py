@@ -1,11 +1,11 @@
-"""Ray set-up and the Ray-version workarounds (search/_ray.py). A failure here after a Ray
+"""Ray set-up and the Ray-version workarounds (autospeed/_ray.py). A failure here after a Ray
 upgrade means a private attribute moved: fix _ray.py, nothing else reaches into Ray."""
 
 from __future__ import annotations
 
 import logging
 
-from autospeed.search import _ray
+from autospeed import _ray
 
 
 def test_a_restored_tuner_runs_with_this_process_callbacks_and_stopper(tmp_path):
