@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _err(message: str) -> None:
-    from autospeed.track.layout import redact
+    from autospeed.track.store import redact
 
     print(f"autospeed: error: {redact(message)}", file=sys.stderr)
 
@@ -35,6 +35,7 @@ def cmd_train(args) -> int:
     from autospeed.recipe import load_recipe
     from autospeed.run_recipe import train
     from autospeed.script.options import is_script
+    from autospeed.show import summaries
     from autospeed.train.environment import differences, environment
     from autospeed.train.trainer import pick_device
     from autospeed.workloads import check_target, load_workload
@@ -42,9 +43,10 @@ def cmd_train(args) -> int:
     recipe = _with_script(load_recipe(args.config), args)
     client = None
     if not args.no_track:
-        from autospeed.track import layout
+        from autospeed.track import names, writers
+        from autospeed.track.store import connect, resolve_tracking_uri
 
-        client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+        client = connect(resolve_tracking_uri(args.tracking_uri))
     target = recipe.resolved_target
     workload = None  # a user's script: its metrics are known when it reports
     try:
@@ -61,10 +63,7 @@ def cmd_train(args) -> int:
                   f"its measured speed may not hold here", file=sys.stderr)
 
     out = sys.stderr if args.json else sys.stdout
-    on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
-    what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
-    print(f"training {what} to {target.describe()} on {on}{here['device_name']} "
-          f"(budget {recipe.max_train_seconds:g} s train clock, {recipe.epochs:g} epochs)", file=out)
+    print(summaries.train_start_line(recipe, target, here["device_name"]), file=out)
     cache = None if args.no_compile_cache else _shipped_compile_cache(recipe, args.config, out)
     from autospeed.train.on_track import on_track_for
 
@@ -98,28 +97,14 @@ def cmd_train(args) -> int:
             print(hits_line(shipped=cache is not None), file=out)
     prediction = checker.finish(result.tta_seconds, result.train_seconds) if checker is not None else None
     if client is not None:
-        run_id = layout.log_train_run(client, args.experiment or layout.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
+        run_id = writers.log_train_run(client, args.experiment or names.DEFAULT_TRAIN_EXPERIMENT, recipe, result,
                                         prediction)
         print(f"logged MLflow run {run_id} in experiment '{args.experiment}'", file=out)
     if args.json:
         shown = {k: v for k, v in result.to_dict().items() if k != "history"}
         print(json.dumps({**shown, **({"prediction": prediction} if prediction else {})}, indent=2))
     else:
-        tta = f"{result.tta_seconds:.2f} s" if result.tta_seconds is not None else "-"
-        best = f"{result.best_value:.4f}" if result.best_value is not None else "-"
-        wall = (f", wall to target {result.wall_to_target_seconds:.2f} s (from {result.wall_clock_origin})"
-                if result.wall_to_target_seconds is not None else "")
-        print(f"status {result.status}  TTA {tta} (train clock){wall}  best {target.metric} {best}  "
-              f"train {result.train_seconds:.2f} s  wall {result.wall_seconds:.2f} s  "
-              f"compile {result.compile_seconds:.2f} s  {result.samples_per_second:.0f} samples/s"
-              + (f" ({result.tokens_per_second:,.0f} tokens/s)" if result.tokens_per_second is not None else "")
-              + (f"  MFU {result.mfu:.1%} of the dense bf16 peak" if result.mfu is not None else "")
-              + (f"  peak {result.peak_memory_mb:.0f} MB" if result.peak_memory_mb is not None else ""))
-        from autospeed.track.layout import not_applied_marks  # standard library only
-
-        not_applied = not_applied_marks(result.applied)  # what the trainer saw act, not what the recipe asked
-        if not_applied:
-            print(f"not applied on {result.applied['device']}: {', '.join(not_applied)}")
+        print("\n".join(summaries.train_result_lines(result, target)))
     if result.error:
         _err(f"run {result.status}: {result.error}")
     return EXIT_FAILURE if result.status.infeasible else EXIT_OK
@@ -154,8 +139,8 @@ def cmd_search(args) -> int:
 
     from autospeed.search import run_search
     from autospeed.search.confirm_text import summary_lines
+    from autospeed.show.summaries import search_summary_lines
     from autospeed.space import load_spec, with_script
-    from autospeed.track import layout
 
     spec = with_script(load_spec(args.space), args.script, args.script_args)
     if args.trials is not None and args.trials < 1:
@@ -170,26 +155,8 @@ def cmd_search(args) -> int:
         _err(f"search stopped: {e}")
         print(f"interrupted; continue with: {_resume_command(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    summary = outcome.summary
-    if summary[layout.M_BEST_TTA] is not None:
-        sp, base = summary[layout.M_SPEEDUP], summary[layout.M_BASELINE_TTA]
-        print(f"\nbest TTA {summary[layout.M_BEST_TTA]:.2f} s (train clock, one search measurement)"
-              + (f", baseline {base:.2f} s: {sp:.2f}x faster" if sp else ", baseline did not reach the target"))
-    elif any(r.predicted for r in outcome.rows):
-        print("\nno trial reached the target inside its budget: ranked by predicted TTA (a prediction, marked ~)")
-    else:
-        print("\nno trial reached the target")
-    confirmed = outcome.confirmation
-    if confirmed is not None:  # the confirmed best, its speed-up and what confirmation cost in baseline runs
-        print("\n".join(summary_lines(confirmed)))
-    if outcome.best_path is not None:
-        print(f"best recipe: {outcome.best_path}  (or: autospeed export --name {spec.name} --out best.yaml)")
-    if confirmed is not None and confirmed.winner is not None and not confirmed.winner.baseline \
-            and not spec.confirm.ablation:
-        print(f"why it is faster, knob by knob: autospeed explain --name {spec.name}  (the winner re-timed with "
-              f"each knob set back to the baseline's, {spec.confirm.repeats} fresh runs per knob and of the winner)")
-    print(f"search took {outcome.wall_seconds:.1f} s wall ({outcome.phases_text()}); "
-          f"{_where_to_look(outcome.tracking_uri, spec.name)}")
+    confirmation = summary_lines(outcome.confirmation) if outcome.confirmation is not None else []
+    print("\n".join(search_summary_lines(outcome, spec, confirmation)))
     if outcome.stop_reason:
         _err(f"search stopped: {outcome.stop_reason}")
         return EXIT_FAILURE
@@ -199,26 +166,11 @@ def cmd_search(args) -> int:
     return EXIT_OK
 
 
-def _where_to_look(uri: str, name: str) -> str:
-    """Where the user compares the trials: the tracking server's page of the search's runs, or a UI
-    to start on a local store."""
-    from autospeed.track.layout import redact
-
-    shown = redact(uri)
-    if uri.startswith(("http://", "https://")):  # a tracking server: its UI is up already
-        from autospeed.show.ui import experiment_path
-
-        return (f"compare trials: {shown.rstrip('/')}{experiment_path(uri, name)}  (the MLflow tracking server); "
-                f"figures: autospeed report --name {name} --tracking-uri {shown}")
-    return (f"compare trials: mlflow ui --backend-store-uri {shown}  (or: autospeed ui --name {name}); "
-            f"figures: autospeed report --name {name}")
-
-
 def _resume_command(args) -> str:
     """The exact command that continues this search (credentials in the URI hidden)."""
     import shlex
 
-    from autospeed.track.layout import redact
+    from autospeed.track.store import redact
 
     words = ["autospeed", "search", "--space", args.space]
     for flag in ("script", "name", "tracking_uri", "storage_path", "ray_address"):
@@ -229,34 +181,24 @@ def _resume_command(args) -> str:
 
 def cmd_export(args) -> int:
     from autospeed.recipe import load_recipe
-    from autospeed.track import layout
-    from autospeed.track.export import compile_lines, export, speedup_lines
+    from autospeed.show.summaries import export_lines
+    from autospeed.track.export import export
+    from autospeed.track.store import connect, resolve_tracking_uri
 
-    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     path, best = export(client, args.name, args.out)
-    from autospeed.track.runs import tta_text
-
-    # the trial's own search TTA: measured, or predicted and marked ~ (runs.tta_text)
-    tta = f"{best.tta_seconds:.2f} s" if best.tta_seconds is not None else tta_text(best)
-    print(f"wrote {path}: trial {best.trial_id}, search TTA {tta}; train it with: autospeed train --config {path}")
-    measured = load_recipe(path).measured
-    for line in speedup_lines(measured) + compile_lines(measured):
-        print(line)
-    if measured is not None and measured.compile_cache:
-        cache = path.parent / measured.compile_cache
-        print(f"wrote {cache}: torch.compile's cache of this recipe ({cache.stat().st_size / 1e6:.1f} MB); "
-              f"autospeed train loads it before compiling (keep it beside {path.name})")
+    print("\n".join(export_lines(path, best, load_recipe(path).measured)))
     return EXIT_OK
 
 
 def cmd_explain(args) -> int:
     from autospeed.search.ablation import explain
-    from autospeed.track import layout
+    from autospeed.track.store import connect, resolve_tracking_uri
 
     if args.repeats is not None and args.repeats < 1:
         raise UserError(f"--repeats: {args.repeats} is not a number of rounds; give 1 or more (default: the "
                         f"search's confirm.repeats)")
-    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     explain(client, args.name, args.storage_path, args.repeats)
     print(f"recorded on search '{args.name}': autospeed export writes it as measured.ablation, autospeed report "
           f"draws it")
@@ -266,42 +208,35 @@ def cmd_explain(args) -> int:
 def cmd_report(args) -> int:
     from autospeed.search import search_root
     from autospeed.show.report import write_report
-    from autospeed.track import layout
+    from autospeed.show.summaries import report_lines
+    from autospeed.track.store import connect, resolve_tracking_uri
 
-    client = layout.connect(layout.resolve_tracking_uri(args.tracking_uri))
+    client = connect(resolve_tracking_uri(args.tracking_uri))
     searches = search_root(args.storage_path, args.name) if args.storage_path else None
     report = write_report(client, args.name, args.out, searches=searches)
-    print(report.leaderboard)
-    print(f"\nwrote {report.html_path} ({len(report.figures)} figures: "
-          f"{', '.join(p.name for p in report.figures)}); logged under the search run's artifacts 'report/'")
-    for note in report.notes:
-        print(f"note: {note}")
+    print("\n".join(report_lines(report)))
     return EXIT_OK
 
 
 def cmd_ui(args) -> int:
     from autospeed.show.ui import serve
-    from autospeed.track import layout
+    from autospeed.track.store import resolve_tracking_uri
 
-    return serve(layout.resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
+    return serve(resolve_tracking_uri(args.tracking_uri), host=args.host, port=args.port, name=args.name)
 
 
 def cmd_validate(args) -> int:
+    from autospeed.show.summaries import validate_line
     from autospeed.space import load_spec
 
-    spec = load_spec(args.space)
-    print(f"{args.space}: ok ({spec.name}: {len(spec.space)} parameters, {spec.budget.trials} trials, "
-          f"workload {spec.workload})")
+    print(validate_line(args.space, load_spec(args.space)))
     return EXIT_OK
 
 
 def cmd_workloads(args) -> int:
-    from autospeed.workloads import describe, offered_metrics
+    from autospeed.show.summaries import workloads_lines
 
-    for name, line in describe():
-        metrics = ", ".join(f"{k} ({m.mode})" for k, m in offered_metrics(name).items())
-        print(f"{name:<10} {line} Metrics: {metrics}.")
-    print(f"{'<plugin>':<10} package.module:factory returning autospeed.workloads.Workload (see docs/workloads.md)")
+    print("\n".join(workloads_lines()))
     return EXIT_OK
 
 
@@ -315,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", required=True, help="recipe YAML (e.g. best.yaml from `autospeed export`)")
     t.add_argument("--script", help="your training script (autospeed.init inside); its arguments follow --")
     t.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    # default: autospeed.track.layout.DEFAULT_TRAIN_EXPERIMENT, not imported here: no tracking import without tracking
+    # default: autospeed.track.names.DEFAULT_TRAIN_EXPERIMENT, not imported here: no tracking import without tracking
     t.add_argument("--experiment", help="MLflow experiment for the run (default: autospeed-train)")
     t.add_argument("--no-track", action="store_true", help="do not log an MLflow run")
     t.add_argument("--json", action="store_true", help="print the result object as JSON on stdout")

@@ -92,10 +92,12 @@ def _r(*args: str, writes: tuple[str, ...], measures: tuple[str, ...] = (), at: 
 # command itself). PACKAGE: a command's start-up and exit, where importing or tearing down any module counts.
 # TIMING: the experiments' own fresh-process timing and search run as a user runs it (experiments/_common.py).
 TRAIN = ("autospeed/train/", "autospeed/run_recipe.py", "autospeed/recipe.py",
-         *(f"autospeed/workloads/{f}" for f in ("__init__.py", "base.py", "_registry.py", "_cache.py")))
+         *(f"autospeed/workloads/{f}" for f in ("__init__.py", "base.py", "_registry.py", "_cache.py",
+                                                 "_memory_limit.py")))
 BUILTIN, LM_DATA = "autospeed/workloads/_builtin.py", "autospeed/workloads/_lm.py"
 SEARCH = (*TRAIN, "autospeed/search/", "autospeed/_ray.py", "autospeed/parallel/", "autospeed/track/",
-          "autospeed/space.py", "autospeed/outcome.py", "autospeed/predict.py", "autospeed/cli.py")
+          "autospeed/space.py", "autospeed/space_sections.py", "autospeed/outcome.py", "autospeed/predict.py",
+          "autospeed/cli.py", "autospeed/show/summaries.py", "autospeed/show/leaderboard.py")
 PACKAGE = ("autospeed/",)
 TIMING = ("experiments/_common.py",)
 FAST, LM, SMOKE, LONG = (f"search_spaces/{n}.yaml" for n in ("fast", "lm", "smoke", "long"))
@@ -217,7 +219,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--seeds", "1", "--trials", "5", "--out", "{out}/sampler_simulation.md"),
         quick_writes=("sampler_simulation.md",),
         # it builds the samplers itself, as search/tuner.py does: the script is their code here
-        measures=("autospeed/space.py", f"{RESULTS}/search_efficiency.json")),
+        measures=("autospeed/space.py", "autospeed/space_sections.py", f"{RESULTS}/search_efficiency.json")),
     Experiment(
         "interval_coverage", "interval_coverage.py",
         "coverage of the speed-up interval by simulation (skewed TTAs at noise.md's spread, misses, adaptive "
@@ -252,7 +254,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--out", "{out}/probe_stability.md"),
         quick_writes=("probe_stability.md",),
         measures=(*TRAIN, BUILTIN, "autospeed/search/probe.py", "autospeed/search/probe_decide.py",
-                  "autospeed/space.py", FAST)),
+                  "autospeed/space.py", "autospeed/space_sections.py", FAST)),
     Experiment(
         "neutrality", "neutrality.py",
         "E1 (issue 43): the maths-neutrality check on systems variants and maths-changing controls (10 reps), and "
@@ -280,8 +282,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--part", "quality", "--curves", f"{RESULTS}/long_job_curves.json", "--out", "{out}/long_job.md"),
         quick_writes=("long_job.md",),
         # (a)'s figures rest on curves the trainer recorded, so the trainer counts for every part
-        measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/predict.py", "autospeed/search/curve.py",
-                  "autospeed/outcome.py", LONG)),
+        measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/space_sections.py", "autospeed/predict.py",
+                  "autospeed/search/curve.py", "autospeed/outcome.py", LONG)),
     Experiment(
         "long_job_ranking", "long_job_ranking.py",
         "long jobs: decision metrics of three rankings of trials cut at the budget (the previous predictor, the "

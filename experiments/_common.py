@@ -259,19 +259,20 @@ def search_compute(tracking_uri: str, name: str) -> dict[str, dict[str, float]]:
     and the train-clock and wall seconds they recorded (`train_seconds`, `wall_seconds`; a kind whose
     runs record neither shows 0). For probes, whose runs record neither, wall is the whole probe stage's
     (the parent's `probe_seconds`)."""
-    from autospeed.track import layout, runs
+    from autospeed.track import names, runs
+    from autospeed.track.store import connect
 
-    client = layout.connect(tracking_uri)
+    client = connect(tracking_uri)
     out: dict[str, dict[str, float]] = {}
     parent = runs.find_parent(client, name)
     for run in runs.child_runs(client, parent):
-        kind = out.setdefault(run.data.tags.get(layout.TAG_KIND, "?"), {"runs": 0, "train_seconds": 0.0,
+        kind = out.setdefault(run.data.tags.get(names.TAG_KIND, "?"), {"runs": 0, "train_seconds": 0.0,
                                                                    "wall_seconds": 0.0})
         kind["runs"] += 1
-        kind["train_seconds"] += run.data.metrics.get(layout.M_TRAIN_SECONDS, 0.0)
-        kind["wall_seconds"] += run.data.metrics.get(layout.M_WALL_SECONDS, 0.0)
-    if layout.KIND_PROBE in out:  # probe runs record samples/s, not seconds: the stage's wall is on the parent
-        out[layout.KIND_PROBE]["wall_seconds"] = parent.data.metrics.get(layout.M_PROBE_SECONDS, 0.0)
+        kind["train_seconds"] += run.data.metrics.get(names.M_TRAIN_SECONDS, 0.0)
+        kind["wall_seconds"] += run.data.metrics.get(names.M_WALL_SECONDS, 0.0)
+    if names.KIND_PROBE in out:  # probe runs record samples/s, not seconds: the stage's wall is on the parent
+        out[names.KIND_PROBE]["wall_seconds"] = parent.data.metrics.get(names.M_PROBE_SECONDS, 0.0)
     return out
 
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from autospeed.track import layout
+from autospeed.track import names
 
 # Lines the search prints as it enters each phase (search/confirm_text.py, search/ablation.py): the
 # last one a killed run printed says where the kill landed.
 PHASES = (("confirming ", "confirmation"), ("ablation: the winner with each of", "ablation"),
           ("confirmation compute:", "export and close"))
 FIRST_PHASE = "start-up and trials"
-PRODUCTION = (layout.KIND_CONFIRM, layout.KIND_ABLATION)
+PRODUCTION = (names.KIND_CONFIRM, names.KIND_ABLATION)
 
 
 def phase_of(lines: list[str]) -> str:
@@ -34,15 +34,15 @@ def phase_of(lines: list[str]) -> str:
 
 def _key(run) -> tuple[str, str, str, str]:
     tags = run.data.tags
-    return (tags.get(layout.TAG_KIND, ""), tags.get(layout.TAG_TRIAL_ID, ""), tags.get(layout.TAG_ABLATION_KNOB, ""),
-            tags.get(layout.TAG_CONFIRM_REPEAT, ""))
+    return (tags.get(names.TAG_KIND, ""), tags.get(names.TAG_TRIAL_ID, ""), tags.get(names.TAG_ABLATION_KNOB, ""),
+            tags.get(names.TAG_CONFIRM_REPEAT, ""))
 
 
 def _production_runs(client, parent_id: str) -> list:
     experiment = client.get_run(parent_id).info.experiment_id
     runs = client.search_runs([experiment], max_results=5000,
-                              filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent_id}'")
-    return [r for r in runs if r.data.tags.get(layout.TAG_KIND) in PRODUCTION]
+                              filter_string=f"tags.`{names.TAG_PARENT}` = '{parent_id}'")
+    return [r for r in runs if r.data.tags.get(names.TAG_KIND) in PRODUCTION]
 
 
 @dataclass
@@ -62,7 +62,7 @@ class ProductionRecord:
             return
         for r in _production_runs(client, parent.info.run_id):
             if r.info.status == "FINISHED":
-                self.seen[r.info.run_id] = (_key(r), r.data.metrics.get(layout.M_TTA))
+                self.seen[r.info.run_id] = (_key(r), r.data.metrics.get(names.M_TTA))
 
     def check(self, uri: str, confirm_repeats: int) -> None:
         """The end-of-search checks (module docstring); what does not hold goes to `problems`."""
@@ -76,7 +76,7 @@ class ProductionRecord:
         finished = {r.info.run_id: r for r in runs if r.info.status == "FINISHED"}
         self.finished = len(finished)
         self.lost = sorted(" ".join(key) for run_id, (key, tta) in self.seen.items()
-                           if run_id not in finished or finished[run_id].data.metrics.get(layout.M_TTA) != tta)
+                           if run_id not in finished or finished[run_id].data.metrics.get(names.M_TTA) != tta)
         keys = [_key(r) for r in finished.values()]
         self.duplicated = sorted({" ".join(k) for k in keys if keys.count(k) > 1})
         if self.lost:
@@ -88,17 +88,17 @@ class ProductionRecord:
             self._planned(parent, keys)
 
     def _planned(self, parent, keys: list[tuple[str, str, str, str]]) -> None:
-        rounds = parent.data.metrics.get(layout.M_CONFIRM_REPEATS)
+        rounds = parent.data.metrics.get(names.M_CONFIRM_REPEATS)
         if rounds is None:
             self.problems.append("no confirmation recorded on the parent run (its confirm_repeats metric)")
             return
-        confirm = [k for k in keys if k[0] == layout.KIND_CONFIRM]
+        confirm = [k for k in keys if k[0] == names.KIND_CONFIRM]
         candidates = {k[1] for k in confirm}
         if len(confirm) != len(candidates) * rounds:
             self.problems.append(f"{len(confirm)} finished confirmation runs, not {len(candidates)} recipes x "
                                  f"{rounds:g} rounds")
-        record = json.loads(parent.data.tags.get(layout.TAG_ABLATION, "{}"))
-        ablation = [k for k in keys if k[0] == layout.KIND_ABLATION]
+        record = json.loads(parent.data.tags.get(names.TAG_ABLATION, "{}"))
+        ablation = [k for k in keys if k[0] == names.KIND_ABLATION]
         if len(ablation) != (len(record) + 1) * rounds * bool(record):
             self.problems.append(f"{len(ablation)} finished ablation runs, not ({len(record)} knobs + the winner) x "
                                  f"{rounds:g} rounds")
@@ -112,5 +112,5 @@ def _client_and_parent(uri: str, name: str = "killed"):
     if experiment is None:
         return client, None
     parents = client.search_runs([experiment.experiment_id],
-                                 filter_string=f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'")
+                                 filter_string=f"tags.`{names.TAG_KIND}` = '{names.KIND_SEARCH}'")
     return client, (parents[0] if parents else None)

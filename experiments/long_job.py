@@ -212,7 +212,8 @@ def quality_lines(data: dict) -> list[str]:
 # ---------------------------------------------------------------- (b) payback
 def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
     from autospeed.space import load_spec
-    from autospeed.track import layout, runs
+    from autospeed.track import runs
+    from autospeed.track.store import connect
 
     spec = load_spec(space)
     searches = []
@@ -222,7 +223,7 @@ def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Pat
             variant = write_space_variant(space, [f"sampler.seed={seed}", f"predict.enabled={str(predict).lower()}",
                                                   "confirm.repeats=0"], name, work)
             run = search_and_export(variant, work, name, exclusive=True)
-            client = layout.connect(run.tracking_uri)
+            client = connect(run.tracking_uri)
             rows = runs.trial_rows(client, runs.find_parent(client, name))
             best = next(r for r in runs.ranked(rows) if not r.baseline)
             searches.append({"name": name, "seed": seed, "predict": predict, "wall_seconds": run.wall_seconds,

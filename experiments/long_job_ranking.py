@@ -247,7 +247,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=f"{RESULTS}/long_job_ranking.md")
     args = parser.parse_args()
-    from autospeed.space import Predict
+    from autospeed.space_sections import Predict
 
     results = []
     for path in FILES:

@@ -27,10 +27,10 @@ from autospeed.workloads import load_workload  # noqa: E402
 
 
 def search_gaps(uri: str, name: str, top: int = 5) -> list[tuple[str, float]]:
-    from autospeed.track import layout
     from autospeed.track import runs as res
+    from autospeed.track.store import connect
 
-    client = layout.connect(uri)
+    client = connect(uri)
     rows = [r for r in res.ranked(res.trial_rows(client, res.find_parent(client, name))) if r.reached][:top]
     return [(r.trial_id, r.tta_seconds) for r in rows]
 

@@ -48,7 +48,8 @@ from _common import RESULTS, cpu_lock, provenance, results_header, shown, write_
 
 from autospeed.search import run_search  # noqa: E402
 from autospeed.space import spec_from_dict  # noqa: E402
-from autospeed.track import layout  # noqa: E402
+from autospeed.track import names  # noqa: E402
+from autospeed.track.store import connect  # noqa: E402
 from autospeed.train.trainer import train  # noqa: E402
 from autospeed.workloads import load_workload  # noqa: E402
 
@@ -160,10 +161,10 @@ def one_search(method: str, seed: int, trials: int, work: Path, truth: dict[str,
         out = run_search(spec, json.dumps(data), "space.json", trials=trials, tracking_uri=uri,
                          storage_path=str(work / "runs"), seed=seed, console=quiet)
     rows = sorted(out.rows, key=lambda r: r.start_ms)
-    probe_seconds = layout.connect(uri).get_run(out.parent_run_id).data.metrics.get(layout.M_PROBE_SECONDS, 0.0)
+    probe_seconds = connect(uri).get_run(out.parent_run_id).data.metrics.get(names.M_PROBE_SECONDS, 0.0)
     compute, curve, found_at, best_true = probe_seconds, [], None, math.inf
     for r in rows:
-        compute += r.metrics.get(layout.M_TRAIN_SECONDS, 0.0)
+        compute += r.metrics.get(names.M_TRAIN_SECONDS, 0.0)
         true = truth[key(BASE["baseline"] if r.baseline else r.params)]
         if r.reached:
             best_true = min(best_true, true)

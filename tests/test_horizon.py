@@ -13,7 +13,7 @@ from autospeed import horizon
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.search.curve import TrialCurve
-from autospeed.space import Predict
+from autospeed.space_sections import Predict
 
 TARGET = 0.975
 BUDGET_SECONDS = 2.5

@@ -95,10 +95,3 @@ def test_the_baseline_may_have_its_own_budget_and_only_the_baseline():
         spec_from_dict(data, "space.yaml")
     assert "fixed.max_train_seconds" in str(e.value) and "budget.max_train_seconds" in str(e.value)
 
-
-def test_the_neutrality_check_is_off_by_default_and_a_trace_of_one_point_names_its_key():
-    assert spec_from_dict(_data(lr={"loguniform": [0.01, 0.1]}), "space.yaml").probe.neutrality.enabled is False
-    data = {**_data(lr={"loguniform": [0.01, 0.1]}), "probe": {"neutrality": {"enabled": True, "steps": 30}}}
-    with pytest.raises(UserError, match=r"space.yaml: key 'probe.neutrality': steps \(30\) must be at least 2 x "
-                                        r"window_steps \(20\).*raise steps or lower window_steps"):
-        spec_from_dict(data, "space.yaml")

@@ -42,7 +42,7 @@ from autospeed.search.confirm_stats import Candidate
 from autospeed.search.confirm_text import describe
 from autospeed.search.session import SearchSession
 from autospeed.space import SearchSpec
-from autospeed.track import layout
+from autospeed.track import names, writers
 
 NOT_SPEED_KNOBS = frozenset({"workload", "workload_options", "target_accuracy", "target", "max_train_seconds",
                              "epochs", "eval_every_epochs", "seed", "device", "measured"})
@@ -166,8 +166,8 @@ def run_ablation(session: SearchSession, spec: SearchSpec, winner: Candidate, ba
               "trains only the rest", file=sys.stderr)
         return None
     record = {a.knob: a.as_dict(speedup) for a in ablated}
-    layout.log_batch(ledger.out, session.parent_id,
-                     tags={layout.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
+    writers.log_batch(ledger.out, session.parent_id,
+                     tags={names.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
     text = format_ablation(ablated, speedup)
     ledger.out.log_text(session.parent_id, text, "ablation.txt")
     print(text, file=console, flush=True)
@@ -211,9 +211,9 @@ def explain(client, name: str, storage_path: str | None = None, repeats: int | N
     state = folder.read_state()
     spec = SearchSpec.model_validate(state["spec"])
     parent = res.find_parent(client, name, state.get("search_id"))
-    winner_id = parent.data.tags.get(layout.TAG_CONFIRMED_BEST)
-    speedup = parent.data.metrics.get(layout.M_CONFIRM_SPEEDUP)
-    if winner_id is None or layout.M_CONFIRM_MEDIAN not in parent.data.metrics:
+    winner_id = parent.data.tags.get(names.TAG_CONFIRMED_BEST)
+    speedup = parent.data.metrics.get(names.M_CONFIRM_SPEEDUP)
+    if winner_id is None or names.M_CONFIRM_MEDIAN not in parent.data.metrics:
         raise RunFailure(f"search '{name}' has no confirmed winner to explain; set confirm.repeats (>= 1) in its "
                          f"space file and search again")
     candidates = pick_candidates(client, parent, top_k=max(1, spec.confirm.top_k))

@@ -22,8 +22,9 @@ from autospeed.search.records import RERUN_OF
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir, unwritable
 from autospeed.search.trainable import FINAL, recipe_of
+from autospeed.show import leaderboard
 from autospeed.space import SearchSpec
-from autospeed.track import layout, runs
+from autospeed.track import names, runs, writers
 
 
 def _halts_on_write_errors(method):
@@ -70,13 +71,14 @@ class TrialTracker(Callback):
         parent = client.get_run(self.parent)
         children = runs.child_runs(client, parent)
         for run in children:
-            if run.data.tags.get(layout.TAG_KIND) == layout.KIND_TRIAL:
-                self.runs[run.data.tags.get(layout.TAG_TRIAL_ID)] = run.info.run_id
+            if run.data.tags.get(names.TAG_KIND) == names.KIND_TRIAL:
+                self.runs[run.data.tags.get(names.TAG_TRIAL_ID)] = run.info.run_id
         for r in runs.trial_rows(client, parent, runs=children):
             # only trials that finished: one killed mid-run (KILLED by the resume) trains again into its run
             if r.status != Status.RUNNING and search_dir.finished(r.trial_id) is not None:
                 self.view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds,
-                                        r.best_value, r.baseline, r.knobs(), predicted=runs.predicted_text(r))
+                                        r.best_value, r.baseline, leaderboard.knobs_text(r),
+                                        predicted=leaderboard.predicted_text(r))
 
     def __getstate__(self) -> dict[str, Any]:
         # Ray pickles callbacks into its experiment state (tuner.pkl). The MLflow client,
@@ -121,20 +123,20 @@ class TrialTracker(Callback):
         if run_id is None and rerun_of in self.runs and self.search_dir.finished(rerun_of) is None:
             # a rebuilt search trains an unfinished trial's recipe again as a new Tune trial: it takes over its run
             run_id = self.runs[trial.trial_id] = self.runs.pop(rerun_of)
-            self.out.set_tag(run_id, layout.TAG_TRIAL_ID, trial.trial_id)
-            self.out.set_tag(run_id, layout.TAG_RERUN_OF, rerun_of)
+            self.out.set_tag(run_id, names.TAG_TRIAL_ID, trial.trial_id)
+            self.out.set_tag(run_id, names.TAG_RERUN_OF, rerun_of)
         if run_id is None:
             index = int(trial.trial_id.rsplit("_", 1)[-1]) if "_" in trial.trial_id else len(self.runs)
             run = self.out.create_run(self.experiment_id, run_name="baseline" if baseline else f"trial-{index:03d}",
-                                         tags={layout.TAG_PARENT: self.parent, layout.TAG_SEARCH_ID: self.search_id,
-                                               layout.TAG_TRIAL_ID: trial.trial_id, layout.TAG_KIND: layout.KIND_TRIAL,
-                                               layout.TAG_BASELINE: str(baseline).lower()})
+                                         tags={names.TAG_PARENT: self.parent, names.TAG_SEARCH_ID: self.search_id,
+                                               names.TAG_TRIAL_ID: trial.trial_id, names.TAG_KIND: names.KIND_TRIAL,
+                                               names.TAG_BASELINE: str(baseline).lower()})
             run_id = self.runs[trial.trial_id] = run.info.run_id
-            params = layout.recipe_params(recipe_of(self.spec, trial.config).training_fields())
-            layout.log_batch(self.out, run_id, params=params)
+            params = writers.recipe_params(recipe_of(self.spec, trial.config).training_fields())
+            writers.log_batch(self.out, run_id, params=params)
         else:  # resumed: the same run continues
             self.out.update_run(run_id, RunStatus.to_string(RunStatus.RUNNING))
-        self.out.set_tag(run_id, layout.TAG_STATUS, Status.RUNNING.value)
+        self.out.set_tag(run_id, names.TAG_STATUS, Status.RUNNING.value)
         self.history[trial.trial_id] = []
         self.view.started(trial.trial_id, "baseline" if baseline else trial.trial_id)
 
@@ -147,8 +149,8 @@ class TrialTracker(Callback):
             self.history.setdefault(trial.trial_id, []).append((result["train_seconds"], value))
         if result.get(FINAL) is False:
             # The first evaluation says where the trial runs: tagged now, so a trial ASHA stops has it too.
-            tags = layout.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
-            layout.log_batch(self.out, self.runs[trial.trial_id], layout.eval_metrics(result), tags=tags)
+            tags = writers.environment_tags(json.loads(result["environment"])) if result.get("environment") else None
+            writers.log_batch(self.out, self.runs[trial.trial_id], writers.eval_metrics(result), tags=tags)
 
     @_halts_on_write_errors
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
@@ -190,24 +192,24 @@ class TrialTracker(Callback):
         final = {"tta_seconds": tta, **bests, "wall_seconds": last.get("wall_seconds"),
                  "wall_to_target_seconds": last.get("wall_to_target_seconds") if tta is not None else None,
                  "compile_seconds": last.get("compile_seconds"), "peak_memory_mb": last.get("peak_memory_mb"),
-                 layout.M_COOLDOWN_TOTAL_SECONDS: last.get(layout.M_COOLDOWN_TOTAL_SECONDS)}
-        tags = {layout.TAG_STATUS: status.value, **_tta_source_tags(status, last)}
-        is_predicted = tags[layout.TAG_TTA_SOURCE] == layout.TTA_PREDICTED
+                 names.M_COOLDOWN_TOTAL_SECONDS: last.get(names.M_COOLDOWN_TOTAL_SECONDS)}
+        tags = {names.TAG_STATUS: status.value, **_tta_source_tags(status, last)}
+        is_predicted = tags[names.TAG_TTA_SOURCE] == names.TTA_PREDICTED
         predicted = {k: last.get(k) for k in PREDICTION_KEYS} if is_predicted else {}
         final.update(predicted)  # metrics of a predicted trial only: tta_seconds stays for measurements
         if last.get("wall_clock_origin"):
-            tags[layout.TAG_WALL_ORIGIN] = last["wall_clock_origin"]
+            tags[names.TAG_WALL_ORIGIN] = last["wall_clock_origin"]
         if error:
-            tags[layout.TAG_ERROR] = error[:500]
+            tags[names.TAG_ERROR] = error[:500]
         if last.get("duplicate_of"):
-            tags[layout.TAG_DUPLICATE_OF] = last["duplicate_of"]
+            tags[names.TAG_DUPLICATE_OF] = last["duplicate_of"]
         if last.get("environment"):
-            tags.update(layout.environment_tags(json.loads(last["environment"])))
+            tags.update(writers.environment_tags(json.loads(last["environment"])))
         if last.get("node"):  # also a repeated recipe's trial, which trains nothing
-            tags[layout.TAG_NODE] = last["node"]
+            tags[names.TAG_NODE] = last["node"]
         if last.get("applied"):
-            tags.update(layout.applied_tags(json.loads(last["applied"])))
-        layout.log_batch(self.out, run_id, layout.final_metrics(final, score), tags=tags)
+            tags.update(writers.applied_tags(json.loads(last["applied"])))
+        writers.log_batch(self.out, run_id, writers.final_metrics(final, score), tags=tags)
         recipe_yaml = last.get("recipe_yaml") or recipe_of(self.spec, trial.config).to_yaml()
         self.out.log_text(run_id, recipe_yaml, "recipe.yaml")
         if last.get("stderr_tail"):  # a user's script that failed: the end of what it printed (script.runner)
@@ -220,7 +222,7 @@ class TrialTracker(Callback):
         self.search_dir.record_finished(trial.trial_id, {
             FINAL: True, "status": status.value, "tta_seconds": tta, "objective": score, **standing,
             "train_seconds": last.get("train_seconds", 0.0), "step": last.get("step", 0),
-            "tta_source": tags[layout.TAG_TTA_SOURCE], "tta_note": tags[layout.TAG_TTA_NOTE], **predicted,
+            "tta_source": tags[names.TAG_TTA_SOURCE], "tta_note": tags[names.TAG_TTA_NOTE], **predicted,
             EXPONENT_KEY: last.get(EXPONENT_KEY)},  # pooled by the trials after it (autospeed.horizon)
             baseline=bool(trial.config.get("baseline")), history=self.history.pop(trial.trial_id, []))
         # Index the recipe's first outcome for later repeats; not a crash of the trial process,
@@ -267,24 +269,24 @@ class TrialTracker(Callback):
 def _tta_source_tags(status: Status, last: dict[str, Any]) -> dict[str, str]:
     """autospeed.tta_source and its note: measured (reached), predicted (search/curve.py said so), or none."""
     if status == Status.REACHED:
-        return {layout.TAG_TTA_SOURCE: layout.TTA_MEASURED, layout.TAG_TTA_NOTE: ""}
+        return {names.TAG_TTA_SOURCE: names.TTA_MEASURED, names.TAG_TTA_NOTE: ""}
     source = last.get("tta_source") if status not in (Status.FAILED,) or last.get(FINAL) else None
-    if source == layout.TTA_PREDICTED and last.get(PREDICTION_KEYS[0]) is not None:
-        return {layout.TAG_TTA_SOURCE: layout.TTA_PREDICTED, layout.TAG_TTA_NOTE: last.get("tta_note") or ""}
-    note = last.get("tta_note") if source == layout.TTA_NONE else f"the run ended {status.value} before a prediction"
-    return {layout.TAG_TTA_SOURCE: layout.TTA_NONE, layout.TAG_TTA_NOTE: (note or "")[:500]}
+    if source == names.TTA_PREDICTED and last.get(PREDICTION_KEYS[0]) is not None:
+        return {names.TAG_TTA_SOURCE: names.TTA_PREDICTED, names.TAG_TTA_NOTE: last.get("tta_note") or ""}
+    note = last.get("tta_note") if source == names.TTA_NONE else f"the run ended {status.value} before a prediction"
+    return {names.TAG_TTA_SOURCE: names.TTA_NONE, names.TAG_TTA_NOTE: (note or "")[:500]}
 
 
 def _predicted_text(tags: dict[str, str], predicted: dict[str, Any]) -> str | None:
     """What the live view shows for a trial that did not reach: `~412 s [300-560]` or `no prediction (why)`."""
     from autospeed.predict import format_predicted
 
-    if tags[layout.TAG_TTA_SOURCE] == layout.TTA_MEASURED:
+    if tags[names.TAG_TTA_SOURCE] == names.TTA_MEASURED:
         return None
     if predicted:
         return format_predicted(*(predicted[k] for k in PREDICTION_KEYS))
-    note = tags[layout.TAG_TTA_NOTE]
-    return f"no prediction ({note})" if note and note != layout.TTA_NOTE_PREDICT_OFF else None
+    note = tags[names.TAG_TTA_NOTE]
+    return f"no prediction ({note})" if note and note != names.TTA_NOTE_PREDICT_OFF else None
 
 
 def error_kind(error: str) -> str:

@@ -50,9 +50,10 @@ from autospeed.search.confirm_stats import CONFIDENCE, Candidate, ConfirmOutcome
 from autospeed.search.confirm_text import describe, format_confirmation, opening_line, planned_runs
 from autospeed.search.session import SearchSession
 from autospeed.space import SearchSpec
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.track import runs as res
 from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
+from autospeed.track.store import interrupts_held
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 
@@ -76,7 +77,7 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),
                       search_predicted=_predicted_of(r), run_id=r.run_id,
-                      search_seconds=r.metrics.get(layout.M_TRAIN_SECONDS)) for r in chosen]
+                      search_seconds=r.metrics.get(names.M_TRAIN_SECONDS)) for r in chosen]
 
 
 def _predicted_of(r) -> tuple[float, float | None, float | None] | None:
@@ -181,7 +182,7 @@ def _log_compile_cache(out, winner: Candidate, path: str | None, console) -> Non
     `autospeed export` finds it and writes it beside best.yaml."""
     if path is None or winner.run_id is None or not os.path.exists(path):
         return
-    with layout.interrupts_held():
+    with interrupts_held():
         out.log_artifact(winner.run_id, path)
     print(f"compile cache of the confirmed best: {os.path.getsize(path) / 1e6:.1f} MB of torch.compile artifacts "
           f"from its last confirmation run, logged on its trial run (autospeed export writes it beside the recipe)",
@@ -199,52 +200,52 @@ def sample(ledger: RunLedger, c: Candidate, round_: int, spec: SearchSpec, knob:
     run trained now with the round's seed, like production: a confirmation run, or with `knob` an ablation run of
     that knob ("none": its reference), its MLflow child run opened first and finished after. Interrupted (Ctrl-C,
     SIGTERM, a crash), that run is closed KILLED: none stays RUNNING. Returns the result and whether it was kept."""
-    kind = layout.KIND_CONFIRM if knob is None else layout.KIND_ABLATION
+    kind = names.KIND_CONFIRM if knob is None else names.KIND_ABLATION
     kept = ledger.kept_result(kind, c.trial_id, round_, NO_KNOB if knob is None else knob)
     if kept is not None:
         c.record(kept)
         return kept, True
     ledger.watch("confirmation" if knob is None else "the ablation")
     recipe = c.recipe.model_copy(update={"seed": confirm_seed(c, round_)})
-    tags, run_id = None if knob is None else {layout.TAG_ABLATION_KNOB: knob}, None
+    tags, run_id = None if knob is None else {names.TAG_ABLATION_KNOB: knob}, None
     try:
-        with layout.interrupts_held():
+        with interrupts_held():
             run_id = ledger.open_run(kind, c, round_, recipe, tags)
         result = train_like_production(recipe, spec, compile_cache_to)
     except BaseException:
         if run_id is not None:
-            layout.mark_killed(ledger.out, run_id)
+            writers.mark_killed(ledger.out, run_id)
         raise
-    layout.finish_run(ledger.out, run_id, recipe, result)
+    writers.finish_run(ledger.out, run_id, recipe, result)
     c.record(result)
     return result, False
 
 
 def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:
     w, b = outcome.winner, outcome.baseline
-    values = {layout.M_CONFIRM_REPEATS: outcome.repeats, layout.M_CONFIRM_TRIALS: trials_total,
-              layout.M_CONFIRM_CONFIDENCE: outcome.confidence}
+    values = {names.M_CONFIRM_REPEATS: outcome.repeats, names.M_CONFIRM_TRIALS: trials_total,
+              names.M_CONFIRM_CONFIDENCE: outcome.confidence}
     if w is not None and w.reached:
-        values.update({layout.M_CONFIRM_MEDIAN: w.median, layout.M_CONFIRM_MIN: min(w.reached),
-                       layout.M_CONFIRM_MAX: max(w.reached), layout.M_CONFIRM_WALL_MEDIAN: w.wall_median})
+        values.update({names.M_CONFIRM_MEDIAN: w.median, names.M_CONFIRM_MIN: min(w.reached),
+                       names.M_CONFIRM_MAX: max(w.reached), names.M_CONFIRM_WALL_MEDIAN: w.wall_median})
     given = outcome.baseline_given_seconds is not None
     if given:
-        values[layout.M_CONFIRM_BASELINE_MEDIAN] = outcome.baseline_given_seconds
+        values[names.M_CONFIRM_BASELINE_MEDIAN] = outcome.baseline_given_seconds
     elif b is not None and b.median is not None:
-        values[layout.M_CONFIRM_BASELINE_MEDIAN] = b.median
-        values[layout.M_CONFIRM_BASELINE_WALL_MEDIAN] = b.wall_median
-    values[layout.M_CONFIRM_COMPUTE_SECONDS] = outcome.compute_seconds
-    values[layout.M_CONFIRM_COMPUTE_BASELINE_RUNS] = outcome.compute_baseline_runs
-    values[layout.M_CONFIRM_SPEEDUP] = outcome.speedup
-    values[layout.M_CONFIRM_WALL_SPEEDUP] = outcome.wall_speedup
+        values[names.M_CONFIRM_BASELINE_MEDIAN] = b.median
+        values[names.M_CONFIRM_BASELINE_WALL_MEDIAN] = b.wall_median
+    values[names.M_CONFIRM_COMPUTE_SECONDS] = outcome.compute_seconds
+    values[names.M_CONFIRM_COMPUTE_BASELINE_RUNS] = outcome.compute_baseline_runs
+    values[names.M_CONFIRM_SPEEDUP] = outcome.speedup
+    values[names.M_CONFIRM_WALL_SPEEDUP] = outcome.wall_speedup
     low, high = outcome.speedup_interval  # absent (None) with too few runs: no interval is printed then
-    values[layout.M_CONFIRM_SPEEDUP_CI_LOW] = low
-    values[layout.M_CONFIRM_SPEEDUP_CI_HIGH] = high if high is None or math.isfinite(high) else None
-    values[layout.M_CONFIRM_REMEASURE_LOW], values[layout.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
-    tags = {layout.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
-    tags[layout.TAG_CONFIRM_BASELINE_SOURCE] = layout.BASELINE_GIVEN if given else layout.BASELINE_MEASURED
-    tags[layout.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
+    values[names.M_CONFIRM_SPEEDUP_CI_LOW] = low
+    values[names.M_CONFIRM_SPEEDUP_CI_HIGH] = high if high is None or math.isfinite(high) else None
+    values[names.M_CONFIRM_REMEASURE_LOW], values[names.M_CONFIRM_REMEASURE_HIGH] = outcome.remeasure_interval
+    tags = {names.TAG_CONFIRMED_BEST: w.trial_id} if w is not None else {}
+    tags[names.TAG_CONFIRM_BASELINE_SOURCE] = names.BASELINE_GIVEN if given else names.BASELINE_MEASURED
+    tags[names.TAG_CONFIRM_COMPILE_CACHE] = outcome.compile_cache
     if given:
-        tags[layout.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
-    layout.log_batch(out, parent_run_id, layout.metrics(values), tags=tags)
+        tags[names.TAG_CONFIRM_BASELINE_NOTE] = outcome.baseline_note[:5000]
+    writers.log_batch(out, parent_run_id, writers.metrics(values), tags=tags)
     out.log_text(parent_run_id, format_confirmation(outcome), "confirmation.txt")

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from autospeed.errors import Interrupted
 from autospeed.outcome import Status
 from autospeed.search.session import SearchSession
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.track.runs import ENDED, child_runs, trial_rows
 
-KINDS = (layout.KIND_CONFIRM, layout.KIND_ABLATION)
+KINDS = (names.KIND_CONFIRM, names.KIND_ABLATION)
 NO_KNOB = ""  # a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none")
 
 
@@ -39,23 +39,23 @@ class KeptResult:
     @classmethod
     def of(cls, run) -> "KeptResult":
         metrics = run.data.metrics
-        return cls(run.info.run_id, Status(run.data.tags[layout.TAG_STATUS]), metrics.get(layout.M_TTA),
-                   metrics.get(layout.M_WALL_TO_TARGET), metrics.get(layout.M_SAMPLES_PER_SECOND, 0.0),
-                   metrics.get(layout.M_TRAIN_SECONDS, 0.0))
+        return cls(run.info.run_id, Status(run.data.tags[names.TAG_STATUS]), metrics.get(names.M_TTA),
+                   metrics.get(names.M_WALL_TO_TARGET), metrics.get(names.M_SAMPLES_PER_SECOND, 0.0),
+                   metrics.get(names.M_TRAIN_SECONDS, 0.0))
 
 
 def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[str, str, int], KeptResult]:
     """This search's finished runs of `kind` from a confirmation over `trials_total` trials (an extended search
     confirms anew over all of its trials): {(trial id, ablated knob or NO_KNOB, round): result}. A run that ended
     KILLED (or never ended) is not a sample."""
-    runs = child_runs(client, parent, kind, {layout.TAG_CONFIRM_TRIALS: str(trials_total)}, where=ENDED)
+    runs = child_runs(client, parent, kind, {names.TAG_CONFIRM_TRIALS: str(trials_total)}, where=ENDED)
     kept: dict[tuple[str, str, int], KeptResult] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):  # two for one triple: the later stands
         tags = run.data.tags
-        if layout.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
+        if names.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
             continue
-        key = (tags[layout.TAG_TRIAL_ID], tags.get(layout.TAG_ABLATION_KNOB, NO_KNOB),
-               int(tags[layout.TAG_CONFIRM_REPEAT]))
+        key = (tags[names.TAG_TRIAL_ID], tags.get(names.TAG_ABLATION_KNOB, NO_KNOB),
+               int(tags[names.TAG_CONFIRM_REPEAT]))
         kept[key] = KeptResult.of(run)
     return kept
 
@@ -74,7 +74,7 @@ class RunLedger:
         for kind in KINDS:  # a run a killed process left RUNNING: closed, trained again
             running = child_runs(client, parent, kind, where="attributes.status = 'RUNNING'")
             for run in running:
-                layout.mark_killed(self.out, run.info.run_id)
+                writers.mark_killed(self.out, run.info.run_id)
         self.kept = {kind: finished_runs(client, parent, kind, self.trials_total) for kind in KINDS}
 
     def kept_result(self, kind: str, trial_id: str, round_: int, knob: str = NO_KNOB) -> KeptResult | None:
@@ -86,11 +86,11 @@ class RunLedger:
         session = self.session
         run = self.out.create_run(
             session.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
-            tags={layout.TAG_PARENT: session.parent_id, layout.TAG_SEARCH_ID: session.search_id,
-                  layout.TAG_TRIAL_ID: c.trial_id, layout.TAG_KIND: kind, layout.TAG_BASELINE: str(c.baseline).lower(),
-                  layout.TAG_STATUS: Status.RUNNING.value, layout.TAG_CONFIRM_REPEAT: str(repeat),
-                  layout.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
-        layout.log_batch(self.out, run.info.run_id, params=layout.recipe_params(recipe.training_fields()))
+            tags={names.TAG_PARENT: session.parent_id, names.TAG_SEARCH_ID: session.search_id,
+                  names.TAG_TRIAL_ID: c.trial_id, names.TAG_KIND: kind, names.TAG_BASELINE: str(c.baseline).lower(),
+                  names.TAG_STATUS: Status.RUNNING.value, names.TAG_CONFIRM_REPEAT: str(repeat),
+                  names.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})
+        writers.log_batch(self.out, run.info.run_id, params=writers.recipe_params(recipe.training_fields()))
         return run.info.run_id
 
     def watch(self, phase: str) -> None:

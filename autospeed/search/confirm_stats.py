@@ -19,7 +19,7 @@ from autospeed.outcome import (
 )
 from autospeed.recipe import Recipe
 from autospeed.search.confirm_fewest import ROUNDS
-from autospeed.track import layout
+from autospeed.track import names
 
 CONFIDENCE = 0.9  # of every printed speed-up interval
 
@@ -80,7 +80,7 @@ class ConfirmOutcome:
     # confirm.baseline_tta_seconds: the baseline's TTA given, not re-run (`baseline` then only holds its recipe)
     baseline_given_seconds: float | None = None
     baseline_note: str = ""
-    compile_cache: str = layout.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
+    compile_cache: str = names.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
     runs_mode: str = ROUNDS  # confirm.runs as it applied: rounds, fewest or one (search/confirm_fewest.py)
 
     @property

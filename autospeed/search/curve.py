@@ -20,7 +20,7 @@ from typing import Any
 from autospeed import horizon
 from autospeed.outcome import INFEASIBLE_FACTOR, Status, is_infeasible, objective
 from autospeed.predict import Prediction, none
-from autospeed.track.layout import TTA_MEASURED, TTA_NONE, TTA_NOTE_PREDICT_OFF
+from autospeed.track.names import TTA_MEASURED, TTA_NONE, TTA_NOTE_PREDICT_OFF
 
 PREDICTION_KEYS = ("tta_predicted_seconds", "tta_predicted_low_seconds", "tta_predicted_high_seconds")
 EXPONENT_KEY = horizon.EXPONENT_KEY

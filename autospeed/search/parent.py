@@ -10,8 +10,10 @@ from typing import Any
 
 from autospeed.outcome import Status
 from autospeed.search.storage import SearchDir
+from autospeed.show import leaderboard
 from autospeed.space import SearchSpec
-from autospeed.track import layout, runs
+from autospeed.track import names, runs, writers
+from autospeed.track.store import experiment_id, interrupts_held
 
 
 def open_parent(client, spec: SearchSpec, space_text: str, space_path: str, search_id: str, search_dir: SearchDir,
@@ -31,15 +33,15 @@ def parent_of(client, spec: SearchSpec, space_text: str, space_path: str, search
     the state named it), else a new one; its params and space file logged (again: the same values)."""
     if state.get("parent_run_id"):
         return state["parent_run_id"]
-    search_id, experiment = state["search_id"], layout.experiment_id(client, spec.name)
-    found = client.search_runs([experiment], f"tags.`{layout.TAG_SEARCH_ID}` = '{search_id}' and "
-                                             f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'", max_results=1)
+    search_id, experiment = state["search_id"], experiment_id(client, spec.name)
+    found = client.search_runs([experiment], f"tags.`{names.TAG_SEARCH_ID}` = '{search_id}' and "
+                                             f"tags.`{names.TAG_KIND}` = '{names.KIND_SEARCH}'", max_results=1)
     parent_id = found[0].info.run_id if found else client.create_run(
         experiment, run_name=f"search-{search_id}",
-        tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: search_id,
-              layout.TAG_EXPERIMENT_DIR: str(search_dir.path), layout.TAG_TRIALS: str(state["trials"])}).info.run_id
+        tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: search_id,
+              names.TAG_EXPERIMENT_DIR: str(search_dir.path), names.TAG_TRIALS: str(state["trials"])}).info.run_id
     flat = {**flatten(state["spec"]), "trials": state["trials"], "sampler.seed": state["seed"]}
-    layout.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
+    writers.log_batch(client, parent_id, params={k: str(v)[:6000] for k, v in flat.items() if v is not None})
     client.log_text(parent_id, space_text, Path(space_path).name)
     search_dir.write_state({**search_dir.read_state(), "parent_run_id": parent_id})
     return parent_id
@@ -58,7 +60,7 @@ def kill_leftovers(client, rows: list[runs.TrialRow]) -> None:
     """Child runs left RUNNING (a killed trial) are marked KILLED, never left lying."""
     for r in rows:
         if r.status == Status.RUNNING:
-            layout.mark_killed(client, r.run_id)
+            writers.mark_killed(client, r.run_id)
             r.status = Status.KILLED.value
 
 
@@ -71,10 +73,10 @@ def close_parent(client, parent_id: str, rows: list[runs.TrialRow], killed: bool
 
     kill_leftovers(client, rows)
     summary = runs.summary_metrics(rows)
-    with layout.interrupts_held():
-        layout.log_batch(client, parent_id, layout.metrics({k: v for k, v in summary.items() if v is not None}),
-                    tags={layout.TAG_ERROR: stop_reason[:500]} if stop_reason else None)
-        client.log_text(parent_id, runs.leaderboard_csv(rows), "leaderboard.csv")
+    with interrupts_held():
+        writers.log_batch(client, parent_id, writers.metrics({k: v for k, v in summary.items() if v is not None}),
+                    tags={names.TAG_ERROR: stop_reason[:500]} if stop_reason else None)
+        client.log_text(parent_id, leaderboard.to_csv(rows), "leaderboard.csv")
         status = RunStatus.KILLED if killed else RunStatus.FAILED if stop_reason else RunStatus.FINISHED
         client.set_terminated(parent_id, RunStatus.to_string(status))
 

@@ -107,7 +107,8 @@ from autospeed.search.probe_decide import (  # noqa: F401
 from autospeed.search.session import SearchSession
 from autospeed.show.live import probe_line
 from autospeed.space import SearchSpec
-from autospeed.track import layout
+from autospeed.track import names, writers
+from autospeed.track.store import interrupts_held
 
 _PROBE_VALIDATION_SAMPLES = 8  # evaluation runs after every probe step (to time each step): keep it tiny
 _WARM: list[bool] = []  # non-empty once this worker process ran its untimed warm-up probe
@@ -362,16 +363,16 @@ def run_probes(spec: SearchSpec, session: SearchSession, resources: dict[str, fl
         for p in summary(by_config[_key(config)]):
             _log(client, experiment, parent_id, search_id, i, p)
     noise = decision.verdict.noise if decision.verdict and not math.isinf(decision.verdict.noise) else None
-    with layout.interrupts_held():
-        client.set_tag(parent_id, layout.TAG_PROBE_FIXED,
+    with interrupts_held():
+        client.set_tag(parent_id, names.TAG_PROBE_FIXED,
                        json.dumps({**decision.fixed, "micro_batch_size": decision.micro_batch_size}, sort_keys=True))
-        client.set_tag(parent_id, layout.TAG_PROBE_MARGIN, decision.margin())
+        client.set_tag(parent_id, names.TAG_PROBE_MARGIN, decision.margin())
         if decision.neutrality:
-            client.set_tag(parent_id, layout.TAG_PROBE_NEUTRALITY,
+            client.set_tag(parent_id, names.TAG_PROBE_NEUTRALITY,
                            json.dumps(decision.neutrality_record(), sort_keys=True))
-        layout.log_batch(client, parent_id, layout.metrics({layout.M_PROBE_SECONDS: time.perf_counter() - started,
-                                                            layout.M_PROBE_SPEEDUP: decision.speedup,
-                                                            layout.M_PROBE_NOISE: noise}))
+        writers.log_batch(client, parent_id, writers.metrics({names.M_PROBE_SECONDS: time.perf_counter() - started,
+                                                            names.M_PROBE_SPEEDUP: decision.speedup,
+                                                            names.M_PROBE_NOISE: noise}))
     return decision
 
 
@@ -380,16 +381,16 @@ def _log(client, experiment: str, parent_id: str, search_id: str, index: int, p:
     measurements (summary's: over every round) as metrics."""
     from mlflow.entities import RunStatus
 
-    with layout.interrupts_held():
-        tags = {layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: search_id, layout.TAG_KIND: layout.KIND_PROBE,
-                layout.TAG_STATUS: p.status, layout.TAG_PROBE_CONFIG: str(index)}
+    with interrupts_held():
+        tags = {names.TAG_PARENT: parent_id, names.TAG_SEARCH_ID: search_id, names.TAG_KIND: names.KIND_PROBE,
+                names.TAG_STATUS: p.status, names.TAG_PROBE_CONFIG: str(index)}
         if p.error:
-            tags[layout.TAG_ERROR] = p.error[:500]
+            tags[names.TAG_ERROR] = p.error[:500]
         maths = {k: p.maths[k] for k in STEP_COST_MATHS if k in p.maths}
         suffix = "".join(f"-{v}" for v in maths.values())
         run = client.create_run(experiment, run_name=f"probe-{index:02d}-b{p.batch_size}{suffix}", tags=tags)
-        values = {layout.M_SAMPLES_PER_SECOND: p.samples_per_second, layout.M_COMPILE_SECONDS: p.compile_seconds,
-                  layout.M_PEAK_MEMORY_MB: p.peak_memory_mb, layout.M_OOM: float(p.status == OOM)}
-        layout.log_batch(client, run.info.run_id, layout.metrics(values),
-                    params=layout.recipe_params({**maths, **p.config, "batch_size": p.batch_size}))
+        values = {names.M_SAMPLES_PER_SECOND: p.samples_per_second, names.M_COMPILE_SECONDS: p.compile_seconds,
+                  names.M_PEAK_MEMORY_MB: p.peak_memory_mb, names.M_OOM: float(p.status == OOM)}
+        writers.log_batch(client, run.info.run_id, writers.metrics(values),
+                    params=writers.recipe_params({**maths, **p.config, "batch_size": p.batch_size}))
         client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.FINISHED))

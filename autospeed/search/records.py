@@ -188,13 +188,13 @@ class Audit:
 
 def audit(search_dir: SearchDir, study_name: str, client, parent_run_id: str) -> Audit:
     """Every finished trial, as the ledger, MLflow and Optuna each record it."""
-    from autospeed.track import layout
+    from autospeed.track import names
     from autospeed.track.runs import child_runs
 
     ledger = search_dir.finished_ids()
     parent = client.get_run(parent_run_id)
-    mlflow = [r.data.tags.get(layout.TAG_TRIAL_ID) for r in child_runs(client, parent)
-              if r.data.tags.get(layout.TAG_KIND) == layout.KIND_TRIAL and r.info.status in ("FINISHED", "FAILED")]
+    mlflow = [r.data.tags.get(names.TAG_TRIAL_ID) for r in child_runs(client, parent)
+              if r.data.tags.get(names.TAG_KIND) == names.KIND_TRIAL and r.info.status in ("FINISHED", "FAILED")]
     study = _study(search_dir, study_name)
     trials = study.get_trials(deepcopy=False) if study is not None else []
     replaced = {tr.user_attrs.get(RERUN_OF) for tr in trials if tr.user_attrs.get(RERUN_OF)}

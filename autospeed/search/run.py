@@ -29,8 +29,10 @@ from autospeed.search.storage import (
     search_root,
 )
 from autospeed.search.trials import TrialPlan, run_trials
+from autospeed.show import leaderboard
 from autospeed.space import Param, SearchSpec
-from autospeed.track import layout, runs
+from autospeed.track import names, runs, writers
+from autospeed.track.store import connect, interrupts_held, resolve_tracking_uri
 
 PROBED_SPACE = "probed_space"  # key of the search's state: the space the probe narrowed
 
@@ -85,8 +87,8 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     if workers > 1 and not spec.resources.gpus_per_trial and spec.resources.cpus_per_trial:
         # bad input known without Ray: workers that cannot fit the cores the file sets a CPU trial
         _check_placement(asked, spec.resources.cpus_per_trial, 0)
-    uri = layout.resolve_tracking_uri(tracking_uri)
-    client = layout.connect(uri)
+    uri = resolve_tracking_uri(tracking_uri)
+    client = connect(uri)
     root = search_root(storage_path, spec.name)
     check_writable(root)
     with search_lock(root, spec.name):
@@ -192,7 +194,7 @@ def _open_session(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None,
         reopen_parent(client, parent_id)
         if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
             search_dir.write_state({**search_dir.read_state(), "trials": plan.total})
-            client.set_tag(parent_id, layout.TAG_TRIALS, str(plan.total))
+            client.set_tag(parent_id, names.TAG_TRIALS, str(plan.total))
     else:
         search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         search_dir = SearchDir(root / search_id)
@@ -207,7 +209,7 @@ def _open_session(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None,
           f"target {spec.resolved_target.describe()}, budget {spec.budget.max_train_seconds:g} s per trial",
           file=asked.console, flush=True)
     # a resumed search adds to what its earlier sessions spent exploring
-    return session, parent_run.data.metrics.get(layout.M_EXPLORATION_SECONDS, 0.0)
+    return session, parent_run.data.metrics.get(names.M_EXPLORATION_SECONDS, 0.0)
 
 
 @contextlib.contextmanager
@@ -239,8 +241,8 @@ def _explore(spec: SearchSpec, session: SearchSession, plan: TrialPlan, outcome:
         raise Interrupted(halt)
     explored = explored_before + time.perf_counter() - explore_start
     outcome.phase_seconds["probe and trials"] = time.perf_counter() - explore_start
-    with layout.interrupts_held():
-        layout.log_batch(session.client, session.parent_id, layout.metrics({layout.M_EXPLORATION_SECONDS: explored}))
+    with interrupts_held():
+        writers.log_batch(session.client, session.parent_id, writers.metrics({names.M_EXPLORATION_SECONDS: explored}))
     return explored
 
 
@@ -250,7 +252,7 @@ def _finish(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome, ex
     outcome.rows = runs.trial_rows(client, client.get_run(session.parent_id))
     kill_leftovers(client, outcome.rows)
     print(file=console)
-    print(runs.format_leaderboard(outcome.rows), file=console, flush=True)
+    print(leaderboard.table(outcome.rows), file=console, flush=True)
     # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
     ranked = _has_best(outcome.rows, spec.predict.enabled)
     if ranked and not outcome.interrupted and not outcome.stop_reason:
@@ -355,7 +357,7 @@ def _report_exploration(spec: SearchSpec, session: SearchSession, explored_secon
     of its own and logged on the parent. A baseline run = its confirmation runs' median wall to target (process
     start to target, as the exploration's seconds are wall seconds), or the given confirm.baseline_tta_seconds."""
     client, parent_id = session.client, session.parent_id
-    measured = client.get_run(parent_id).data.metrics.get(layout.M_CONFIRM_BASELINE_WALL_MEDIAN)
+    measured = client.get_run(parent_id).data.metrics.get(names.M_CONFIRM_BASELINE_WALL_MEDIAN)
     base, what = ((measured, "its median wall to target") if measured
                   else (spec.confirm.baseline_tta_seconds, "its given TTA"))
     if not base:
@@ -363,8 +365,8 @@ def _report_exploration(spec: SearchSpec, session: SearchSession, explored_secon
     runs_ = explored_seconds / base
     print(f"exploration: {explored_seconds:.1f} s wall (probe and trials) = {runs_:.2f} baseline runs "
           f"({what}, {base:.1f} s)", file=session.console, flush=True)
-    with layout.interrupts_held():
-        layout.log_batch(client, parent_id, layout.metrics({layout.M_EXPLORATION_BASELINE_RUNS: runs_}))
+    with interrupts_held():
+        writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_BASELINE_RUNS: runs_}))
 
 
 def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
@@ -380,7 +382,7 @@ def _write_best(session: SearchSession, name: str) -> Path:
 
     # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
     path, _ = export(session.client, name, session.search_dir.best_yaml, session.search_id)
-    with layout.interrupts_held():
+    with interrupts_held():
         session.client.log_artifact(session.parent_id, str(path))
     return path
 

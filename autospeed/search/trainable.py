@@ -21,7 +21,7 @@ from autospeed.search.records import RERUN_OF
 from autospeed.search.storage import SearchDir, recipe_key
 from autospeed.search.tuner import WORKERS
 from autospeed.space import SearchSpec
-from autospeed.track.layout import M_COOLDOWN_PREFIX, M_COOLDOWN_TOTAL_SECONDS, METRIC_NAMES
+from autospeed.track.names import M_COOLDOWN_PREFIX, M_COOLDOWN_TOTAL_SECONDS, METRIC_NAMES
 
 FINAL = "final"  # key of the last report of a trial that ended on its own
 

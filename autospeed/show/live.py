@@ -35,8 +35,8 @@ from rich.text import Text
 
 from autospeed.outcome import INFEASIBLE, Status
 from autospeed.recipe import ACCURACY, Target
-from autospeed.track.layout import not_applied_marks
 from autospeed.track.runs import PREDICT_OFF_NOTE
+from autospeed.track.writers import not_applied_marks
 
 _PREDICT_OFF = f"no prediction ({PREDICT_OFF_NOTE})"  # a search without predict: its lines stay as they were
 
@@ -65,7 +65,7 @@ def format_duration(seconds: float) -> str:
 
 def format_knobs(config: dict[str, Any], limit: int = 6, applied: dict[str, Any] | None = None) -> str:
     """The sampled knobs of a trial, short: `batch_size=64 lr=0.0843 schedule=cosine`. With the run's
-    `applied`, each knob set that did not act is marked (layout.not_applied_marks), always shown:
+    `applied`, each knob set that did not act is marked (writers.not_applied_marks), always shown:
     `optimizer=muon (ran adamw)` in place, `attention=math (n/a)` after the others."""
     marks = {m.split("=", 1)[0]: m for m in not_applied_marks(applied)}
     parts = []  # (text, marked)
@@ -115,7 +115,7 @@ class _Finished:
     best_value: float | None  # of the target metric
     baseline: bool
     knobs: str
-    not_applied: list[str] = field(default_factory=list)  # knobs set that did not act (layout.not_applied_marks)
+    not_applied: list[str] = field(default_factory=list)  # knobs set that did not act (writers.not_applied_marks)
     # a trial that did not reach: `~412 s [300-560]` (a predicted TTA) or `no prediction (flat: ...)`
     predicted: str | None = None
 
@@ -167,7 +167,7 @@ class SearchView:
     def seed_finished(self, label: str, status: str, tta_seconds: float | None, best_value: float | None,
                       baseline: bool, knobs: str = "", predicted: str | None = None) -> None:
         """A trial that finished before this process started (a resumed search); `predicted` as in `finished`
-        (autospeed.track.runs.predicted_text of its row)."""
+        (autospeed.show.leaderboard.predicted_text of its row)."""
         shown = None if tta_seconds is not None or predicted == _PREDICT_OFF else predicted
         self.done.append(_Finished(label, status, tta_seconds, best_value, baseline, knobs, predicted=shown))
         self.resumed += 1

@@ -85,17 +85,17 @@ def experiment_path(tracking_uri: str, name: str | None) -> str:
     """The UI route (after the base URL) of a search's runs table, or of the experiment list."""
     if not name:
         return "/#/experiments?workflowType=machine_learning"
-    from autospeed.track import layout
+    from autospeed.track.store import connect, redact
 
-    exp = layout.connect(tracking_uri).get_experiment_by_name(name)
+    exp = connect(tracking_uri).get_experiment_by_name(name)
     if exp is None:
-        raise UserError(f"--name: no search named '{name}' in {layout.redact(tracking_uri)}")
+        raise UserError(f"--name: no search named '{name}' in {redact(tracking_uri)}")
     return f"/#/experiments/{exp.experiment_id}/{RUNS_VIEW}"
 
 
 def serve(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, name: str | None = None) -> int:
     """Run the UI in the foreground until Ctrl-C. Returns the exit code."""
-    from autospeed.track.layout import redact
+    from autospeed.track.store import redact
 
     link = experiment_path(tracking_uri, name)
     proc, url = start(tracking_uri, host, port, log=None)  # the server's own log stays visible

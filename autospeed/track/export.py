@@ -16,7 +16,7 @@ from typing import Any
 from autospeed.errors import RunFailure
 from autospeed.outcome import is_infeasible
 from autospeed.recipe import CompileCost, Measured, load_recipe
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track import runs as res
 from autospeed.track.trajectory import trajectory_of
 from autospeed.yamlio import atomic_path, write_atomic
@@ -29,7 +29,7 @@ COMPILE_CACHE_SUFFIX = ".compile-cache.bin"
 # confirmation's inductor cache (confirm.compile_cache) says which one its runs measured
 COMPILE_WAYS = {"new_machine": "a new machine", "new_machine_shipped_cache": "a new machine with the shipped cache",
                 "same_machine_warm": "the search machine, warm"}
-_WAY_OF_STATE = {layout.COMPILE_CACHE_COLD: "new_machine", layout.COMPILE_CACHE_WARM: "same_machine_warm"}
+_WAY_OF_STATE = {names.COMPILE_CACHE_COLD: "new_machine", names.COMPILE_CACHE_WARM: "same_machine_warm"}
 NOT_MEASURED = "not measured"
 
 
@@ -101,9 +101,9 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
     recipe will have beside it), a compiled winner's cache is written there and named in `measured`."""
     parent = res.find_parent(client, name, search_id)
     rows = res.trial_rows(client, parent)
-    confirmed_trial = parent.data.tags.get(layout.TAG_CONFIRMED_BEST)
+    confirmed_trial = parent.data.tags.get(names.TAG_CONFIRMED_BEST)
     m = parent.data.metrics
-    confirmed = confirmed_trial is not None and layout.M_CONFIRM_MEDIAN in m
+    confirmed = confirmed_trial is not None and names.M_CONFIRM_MEDIAN in m
     # a confirmed winner may be the baseline, whose short trial neither reached nor was predicted
     best = next((r for r in rows if r.trial_id == confirmed_trial and not r.duplicate_of), None) if confirmed else None
     if best is None:
@@ -120,37 +120,37 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
     budget = production_budget_seconds(parent)
     if budget is not None:  # what the confirmation runs trained with: the job's, not the trial's few seconds
         recipe.max_train_seconds = budget
-    env = json.loads(client.get_run(best.run_id).data.tags.get(layout.TAG_ENVIRONMENT, "{}"))
-    measured = Measured(search_name=name, search_id=parent.data.tags.get(layout.TAG_SEARCH_ID), trial_id=best.trial_id,
+    env = json.loads(client.get_run(best.run_id).data.tags.get(names.TAG_ENVIRONMENT, "{}"))
+    measured = Measured(search_name=name, search_id=parent.data.tags.get(names.TAG_SEARCH_ID), trial_id=best.trial_id,
                         tta_seconds=best.tta_seconds if best.reached else None, environment=env)
     if confirmed:
         # Only confirmation runs give medians: the one search measurement of the best of many
         # trials is the number most biased low (the winner's curse), so it is never written as one.
         measured.confirmed = True
-        measured.tta_source = layout.TTA_MEASURED
-        measured.tta_seconds_median = m[layout.M_CONFIRM_MEDIAN]
-        measured.tta_seconds_min, measured.tta_seconds_max = m.get(layout.M_CONFIRM_MIN), m.get(layout.M_CONFIRM_MAX)
-        measured.repeats = int(m[layout.M_CONFIRM_REPEATS])
-        measured.baseline_tta_seconds_median = m.get(layout.M_CONFIRM_BASELINE_MEDIAN)
-        measured.baseline_tta_source = parent.data.tags.get(layout.TAG_CONFIRM_BASELINE_SOURCE)
-        measured.baseline_tta_note = parent.data.tags.get(layout.TAG_CONFIRM_BASELINE_NOTE)
-        measured.speedup_vs_baseline = m.get(layout.M_CONFIRM_SPEEDUP)
-        measured.speedup_ci_low = m.get(layout.M_CONFIRM_SPEEDUP_CI_LOW)
-        measured.speedup_ci_high = m.get(layout.M_CONFIRM_SPEEDUP_CI_HIGH)
-        measured.remeasure_speedup_low = m.get(layout.M_CONFIRM_REMEASURE_LOW)
-        measured.remeasure_speedup_high = m.get(layout.M_CONFIRM_REMEASURE_HIGH)
-        measured.wall_to_target_seconds_median = m.get(layout.M_CONFIRM_WALL_MEDIAN)
-        measured.baseline_wall_to_target_seconds_median = m.get(layout.M_CONFIRM_BASELINE_WALL_MEDIAN)
-        measured.wall_speedup_vs_baseline = m.get(layout.M_CONFIRM_WALL_SPEEDUP)
+        measured.tta_source = names.TTA_MEASURED
+        measured.tta_seconds_median = m[names.M_CONFIRM_MEDIAN]
+        measured.tta_seconds_min, measured.tta_seconds_max = m.get(names.M_CONFIRM_MIN), m.get(names.M_CONFIRM_MAX)
+        measured.repeats = int(m[names.M_CONFIRM_REPEATS])
+        measured.baseline_tta_seconds_median = m.get(names.M_CONFIRM_BASELINE_MEDIAN)
+        measured.baseline_tta_source = parent.data.tags.get(names.TAG_CONFIRM_BASELINE_SOURCE)
+        measured.baseline_tta_note = parent.data.tags.get(names.TAG_CONFIRM_BASELINE_NOTE)
+        measured.speedup_vs_baseline = m.get(names.M_CONFIRM_SPEEDUP)
+        measured.speedup_ci_low = m.get(names.M_CONFIRM_SPEEDUP_CI_LOW)
+        measured.speedup_ci_high = m.get(names.M_CONFIRM_SPEEDUP_CI_HIGH)
+        measured.remeasure_speedup_low = m.get(names.M_CONFIRM_REMEASURE_LOW)
+        measured.remeasure_speedup_high = m.get(names.M_CONFIRM_REMEASURE_HIGH)
+        measured.wall_to_target_seconds_median = m.get(names.M_CONFIRM_WALL_MEDIAN)
+        measured.baseline_wall_to_target_seconds_median = m.get(names.M_CONFIRM_BASELINE_WALL_MEDIAN)
+        measured.wall_speedup_vs_baseline = m.get(names.M_CONFIRM_WALL_SPEEDUP)
         # a search confirmed before the tag existed compiled from the machine's shared (warm) folder
-        measured.compile_cache_state = parent.data.tags.get(layout.TAG_CONFIRM_COMPILE_CACHE, layout.COMPILE_CACHE_WARM)
+        measured.compile_cache_state = parent.data.tags.get(names.TAG_CONFIRM_COMPILE_CACHE, names.COMPILE_CACHE_WARM)
         if recipe.compile != "none":
             measured.compile_costs = compile_costs(client, parent, best.trial_id, measured.compile_cache_state)
-        _add_ablation(measured, parent.data.tags.get(layout.TAG_ABLATION))
+        _add_ablation(measured, parent.data.tags.get(names.TAG_ABLATION))
     elif best.reached:
-        measured.tta_source = layout.TTA_MEASURED
+        measured.tta_source = names.TTA_MEASURED
     else:  # a prediction, never written as tta_seconds
-        measured.tta_source = layout.TTA_PREDICTED
+        measured.tta_source = names.TTA_PREDICTED
         measured.tta_predicted_seconds = best.tta_predicted_seconds
         measured.tta_predicted_low_seconds = best.tta_predicted_low_seconds
         measured.tta_predicted_high_seconds = best.tta_predicted_high_seconds
@@ -163,7 +163,7 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
     recipe.measured = measured
     if measured.confirmed:
         how = f"median of {measured.repeats} confirmation runs with new seeds, each in a fresh process"
-    elif measured.tta_source == layout.TTA_PREDICTED:
+    elif measured.tta_source == names.TTA_PREDICTED:
         how = ("PREDICTED from the trial's curve (80% interval), not measured: unconfirmed (set confirm.repeats "
                ">= 3 for production runs to the target)")
     else:
@@ -189,15 +189,15 @@ def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, Compil
     machine, warm the search machine's cache), medians over those runs (a run that missed the target counts as
     infinitely slow, as in the confirmed median); "not measured" for the other two, never a guess (no search trains
     with the shipped cache: `autospeed train` on a new machine does, and says how many graphs it found in it)."""
-    runs = res.child_runs(client, parent, layout.KIND_CONFIRM, {layout.TAG_TRIAL_ID: trial_id}, where=res.ENDED)
-    trials = parent.data.metrics.get(layout.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
-    runs = [r for r in runs if layout.TAG_STATUS in r.data.tags and layout.M_COMPILE_SECONDS in r.data.metrics
-            and (trials is None or r.data.tags.get(layout.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+    runs = res.child_runs(client, parent, names.KIND_CONFIRM, {names.TAG_TRIAL_ID: trial_id}, where=res.ENDED)
+    trials = parent.data.metrics.get(names.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
+    runs = [r for r in runs if names.TAG_STATUS in r.data.tags and names.M_COMPILE_SECONDS in r.data.metrics
+            and (trials is None or r.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)))]
     costs: dict[str, CompileCost | str] = dict.fromkeys(COMPILE_WAYS, NOT_MEASURED)
     if runs:
-        tta = statistics.median(r.data.metrics.get(layout.M_TTA, math.inf) for r in runs)
+        tta = statistics.median(r.data.metrics.get(names.M_TTA, math.inf) for r in runs)
         costs[_WAY_OF_STATE[state]] = CompileCost(
-            compile_seconds_median=statistics.median(r.data.metrics[layout.M_COMPILE_SECONDS] for r in runs),
+            compile_seconds_median=statistics.median(r.data.metrics[names.M_COMPILE_SECONDS] for r in runs),
             tta_seconds_median=tta if math.isfinite(tta) else None, runs=len(runs))
     return costs
 
@@ -224,7 +224,7 @@ def _compile_note(measured: Measured, recipe) -> str:
     """The header line saying which compile cost a compiled recipe's confirmed TTAs and speed-up include."""
     if not measured.confirmed or recipe.compile == "none":
         return ""
-    if measured.compile_cache_state == layout.COMPILE_CACHE_COLD:
+    if measured.compile_cache_state == names.COMPILE_CACHE_COLD:
         return ("# compile: cold. Each confirmation run compiled from an empty inductor cache, as on a new machine; "
                 "TTA and speed-up include that compile (measured.compile_cache_state).\n")
     return ("# compile: WARM. The confirmation runs compiled from the search machine's inductor cache, where "

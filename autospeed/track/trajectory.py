@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from autospeed.recipe import Measured, Trajectory
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track.runs import child_runs
 
 MAX_POINTS = 200  # of a curve in best.yaml: every evaluation of a long run would bloat the file
@@ -24,7 +24,7 @@ BRIDGE_POINTS = 16  # from the trial's last evaluation to a predicted crossing
 
 def curve_of(client, run_id: str, metric: str) -> list[tuple[float, float]]:
     """(train seconds, metric) of a run's evaluations, joined on the optimizer step they were logged at."""
-    seconds = {m.step: m.value for m in client.get_metric_history(run_id, layout.M_TRAIN_SECONDS)}
+    seconds = {m.step: m.value for m in client.get_metric_history(run_id, names.M_TRAIN_SECONDS)}
     values = {m.step: m.value for m in client.get_metric_history(run_id, metric)}
     return sorted((seconds[s], values[s]) for s in values if s in seconds)
 
@@ -38,11 +38,11 @@ def thinned(points: list[tuple[float, float]], most: int = MAX_POINTS) -> list[t
 
 
 def _confirm_runs(client, parent, trial_id: str) -> list:
-    trials = parent.data.metrics.get(layout.M_CONFIRM_TRIALS)
-    runs = child_runs(client, parent, layout.KIND_CONFIRM, {layout.TAG_TRIAL_ID: trial_id},
+    trials = parent.data.metrics.get(names.M_CONFIRM_TRIALS)
+    runs = child_runs(client, parent, names.KIND_CONFIRM, {names.TAG_TRIAL_ID: trial_id},
                       where="attributes.status = 'FINISHED'")
-    return [r for r in runs if r.data.metrics.get(layout.M_TTA) is not None
-            and (trials is None or r.data.tags.get(layout.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+    return [r for r in runs if r.data.metrics.get(names.M_TTA) is not None
+            and (trials is None or r.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)))]
 
 
 def trajectory_of(client, parent, best, target, measured: Measured) -> Trajectory | None:
@@ -54,8 +54,8 @@ def trajectory_of(client, parent, best, target, measured: Measured) -> Trajector
         if not runs or measured.tta_seconds_median is None:
             return None
         median = measured.tta_seconds_median
-        run = min(runs, key=lambda r: (abs(r.data.metrics[layout.M_TTA] - median), r.data.metrics[layout.M_TTA]))
-        points = [p for p in curve_of(client, run.info.run_id, target.metric) if p[0] <= run.data.metrics[layout.M_TTA]]
+        run = min(runs, key=lambda r: (abs(r.data.metrics[names.M_TTA] - median), r.data.metrics[names.M_TTA]))
+        points = [p for p in curve_of(client, run.info.run_id, target.metric) if p[0] <= run.data.metrics[names.M_TTA]]
         if not points:
             return None
         return Trajectory(source="confirmation", **kind, tta_seconds=median, tta_low_seconds=measured.tta_seconds_min,

@@ -17,7 +17,7 @@ give. At the cut (and, with `each_evaluation`, at every stable-phase evaluation)
 
 A branch that fails (out of memory, any error) is restored the same way and leaves no measurement: the trial then
 ranks with the typical decay factor (autospeed.horizon). One worker only: under data parallelism every worker
-would have to branch in step. torch only (the metric names from autospeed.track.layout, which imports no more).
+would have to branch in step. torch only (the metric names from autospeed.track.names, which imports nothing).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from autospeed.track.layout import M_COOLDOWN_PREFIX as PREFIX
-from autospeed.track.layout import M_COOLDOWN_SECONDS as SECONDS
-from autospeed.track.layout import M_COOLDOWN_STEPS as STEPS
+from autospeed.track.names import M_COOLDOWN_PREFIX as PREFIX
+from autospeed.track.names import M_COOLDOWN_SECONDS as SECONDS
+from autospeed.track.names import M_COOLDOWN_STEPS as STEPS
 from autospeed.train.run_record import failure
 from autospeed.train.step import Clock, Stepper
 

@@ -107,7 +107,7 @@ class TrainResult:
     @property
     def cooldown_seconds(self) -> float:
         """Seconds its cooldown branches took (autospeed.train.cooldown): in wall_seconds, off the train clock."""
-        from autospeed.track.layout import M_COOLDOWN_SECONDS
+        from autospeed.track.names import M_COOLDOWN_SECONDS
 
         return sum(row.get(M_COOLDOWN_SECONDS, 0.0) for row in self.history)
 

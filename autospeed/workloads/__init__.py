@@ -1,5 +1,6 @@
 """Workloads: what is trained. Built-ins and `package.module:factory` plugins."""
 
+from autospeed.workloads._builtin import ConvNet
 from autospeed.workloads._cache import CACHE_ENV, cache_dir
 from autospeed.workloads._registry import (
     BUILTIN,
@@ -10,7 +11,7 @@ from autospeed.workloads._registry import (
     offered_metrics,
     resolve_factory,
 )
-from autospeed.workloads.base import CLASSIFICATION_METRICS, ConvNet, Metric, Workload, check_target
+from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload, check_target
 
 __all__ = ["BUILTIN", "CACHE_ENV", "CLASSIFICATION_METRICS", "ConvNet", "Metric", "Workload", "cache_dir",
            "check_options", "check_target", "describe", "load_workload", "load_workload_once",

@@ -16,7 +16,32 @@ from torch import nn
 
 from autospeed.errors import UserError
 from autospeed.workloads._cache import cached_arrays
-from autospeed.workloads.base import ConvNet, Workload
+from autospeed.workloads.base import Workload
+
+
+def conv_bn(c_in: int, c_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.GELU())
+
+
+class ConvNet(nn.Module):
+    """airbench-style net: a stem, pooled conv blocks, global max pool, linear head."""
+
+    def __init__(self, in_channels: int, widths: tuple[int, ...], num_classes: int):
+        super().__init__()
+        self.stem = conv_bn(in_channels, widths[0])
+        blocks = []
+        c = widths[0]
+        for w in widths[1:]:
+            blocks.append(nn.Sequential(conv_bn(c, w), nn.MaxPool2d(2), conv_bn(w, w)))
+            c = w
+        self.checkpoint_blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(c, num_classes, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.checkpoint_blocks(self.stem(x))
+        # Global max pool as max(...).values, not amax: compiled amax's backward gives NaN
+        # gradients under bf16/fp16 autocast (pytorch#186799), seen on an H100 and on CPU.
+        return self.head(x.flatten(2).max(dim=2).values)
 
 
 class _MNIST1DCNN(nn.Module):

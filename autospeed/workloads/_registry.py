@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 from autospeed.errors import UserError
 from autospeed.workloads import _builtin, _gpt, _lm, _vision
-from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload, with_memory_limit
+from autospeed.workloads._memory_limit import MAX_MICRO_BATCH, check_memory_limit, with_memory_limit
+from autospeed.workloads.base import CLASSIFICATION_METRICS, Metric, Workload
 
 BUILTIN: dict[str, Callable[..., Workload]] = {
     "mnist1d": _builtin.mnist1d,
@@ -60,16 +61,9 @@ def resolve_factory(spec: str) -> Callable[..., Workload]:
     return factory
 
 
-# A workload option every workload takes (the factory never sees it): the simulated memory limit.
-MAX_MICRO_BATCH = "max_micro_batch"
-
-
 def check_options(spec: str, options: dict[str, Any]) -> None:
     """Reject workload_options the factory does not take, before anything runs."""
-    limit = options.get(MAX_MICRO_BATCH)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UserError(f"workload_options.{MAX_MICRO_BATCH}: must be an int >= 1 (samples per training forward "
-                        f"pass that fit in the simulated memory), got {limit!r}")
+    check_memory_limit(options)
     options = {k: v for k, v in options.items() if k != MAX_MICRO_BATCH}
     factory = resolve_factory(spec)
     params = inspect.signature(factory).parameters

@@ -16,7 +16,6 @@ checkpointable blocks as `model.checkpoint_blocks` (an nn.Sequential or nn.Modul
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -116,51 +115,6 @@ class Workload:
     @property
     def uses_datasets(self) -> bool:
         return self.train_dataset is not None
-
-
-def with_memory_limit(workload: Workload, max_micro_batch: int) -> Workload:
-    """The workload with a simulated memory limit (workload option `max_micro_batch`): its model raises
-    torch.OutOfMemoryError, as a full GPU would, on a training forward pass of more than `max_micro_batch`
-    samples. Lets a search on a CPU contain batch sizes that do not fit; evaluation is not limited."""
-    build = workload.build_model
-
-    def too_big(module: nn.Module, args: tuple) -> None:
-        samples = args[0].shape[0] if args and isinstance(args[0], torch.Tensor) else 0
-        if module.training and torch.is_grad_enabled() and samples > max_micro_batch:
-            raise torch.OutOfMemoryError(f"simulated out of memory: a training pass of {samples} samples, "
-                                         f"room for {max_micro_batch} (workload option max_micro_batch)")
-
-    def build_limited() -> nn.Module:
-        model = build()
-        model.register_forward_pre_hook(too_big)
-        return model
-
-    return dataclasses.replace(workload, build_model=build_limited)
-
-
-def conv_bn(c_in: int, c_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.GELU())
-
-
-class ConvNet(nn.Module):
-    """airbench-style net: a stem, pooled conv blocks, global max pool, linear head."""
-
-    def __init__(self, in_channels: int, widths: tuple[int, ...], num_classes: int):
-        super().__init__()
-        self.stem = conv_bn(in_channels, widths[0])
-        blocks = []
-        c = widths[0]
-        for w in widths[1:]:
-            blocks.append(nn.Sequential(conv_bn(c, w), nn.MaxPool2d(2), conv_bn(w, w)))
-            c = w
-        self.checkpoint_blocks = nn.Sequential(*blocks)
-        self.head = nn.Linear(c, num_classes, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.checkpoint_blocks(self.stem(x))
-        # Global max pool as max(...).values, not amax: compiled amax's backward gives NaN
-        # gradients under bf16/fp16 autocast (pytorch#186799), seen on an H100 and on CPU.
-        return self.head(x.flatten(2).max(dim=2).values)
 
 
 def check_target(target, metrics: Mapping[str, Metric], workload: str, shorthand: bool = False) -> None:

@@ -177,13 +177,14 @@ def test_ctrl_c_sigterm_and_ctrl_c_in_confirmation_each_resume_where_they_stoppe
 CTRL_C_DURING_WRITES = """
 import signal, sys
 import sqlalchemy
-from autospeed.track import layout
+from autospeed.track import writers
+from autospeed.track.store import connect, experiment_id
 from autospeed.recipe import Recipe
 from autospeed.train.trainer import train
 from autospeed.workloads import load_workload
 
-client = layout.connect(sys.argv[1])
-exp = layout.experiment_id(client, "writes")
+client = connect(sys.argv[1])
+exp = experiment_id(client, "writes")
 recipe = Recipe.model_validate({"workload": "digits", "target_accuracy": 0.9, "max_train_seconds": 1, "epochs": 1})
 result = train(recipe, load_workload("digits", {}))
 statements, ctrl_c_after, sent = 0, None, 0
@@ -202,7 +203,7 @@ def finish(run_id, ctrl_c=None):
     global statements, ctrl_c_after
     statements, ctrl_c_after = 0, ctrl_c
     try:
-        layout.finish_run(client, run_id, recipe, result)
+        writers.finish_run(client, run_id, recipe, result)
     finally:
         ctrl_c_after = None
     return statements
@@ -216,7 +217,7 @@ for k in range(1, n + 1):  # Ctrl-C after each of them in turn
         finish(run_id, ctrl_c=k)
     except KeyboardInterrupt:
         interrupted += 1
-        layout.mark_killed(client, run_id)  # what an interrupted confirmation does
+        writers.mark_killed(client, run_id)  # what an interrupted confirmation does
 print(f"{n} statements, {sent} Ctrl-C sent, {interrupted} interrupted")
 """
 

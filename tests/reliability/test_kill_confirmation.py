@@ -91,26 +91,26 @@ def test_a_search_killed_in_confirmation_and_in_its_ablation_resumes_with_each_r
     every = "\n".join(outputs)
     assert done.returncode == 0, every
 
-    from autospeed.track import layout
+    from autospeed.track import names
 
     client = client_for(uri)
     (parent,), _ = search_runs(uri, NAME)
     children = client.search_runs([parent.info.experiment_id], max_results=1000,
-                                  filter_string=f"tags.`{layout.TAG_PARENT}` = '{parent.info.run_id}'")
+                                  filter_string=f"tags.`{names.TAG_PARENT}` = '{parent.info.run_id}'")
 
     def of_kind(kind: str, status: str) -> list:
-        return [r for r in children if r.data.tags[layout.TAG_KIND] == kind and r.info.status == status]
+        return [r for r in children if r.data.tags[names.TAG_KIND] == kind and r.info.status == status]
 
     def keys(runs: list) -> list[tuple[str, str, str]]:
-        return sorted((r.data.tags[layout.TAG_TRIAL_ID], r.data.tags.get(layout.TAG_ABLATION_KNOB, ""),
-                       r.data.tags[layout.TAG_CONFIRM_REPEAT]) for r in runs)
+        return sorted((r.data.tags[names.TAG_TRIAL_ID], r.data.tags.get(names.TAG_ABLATION_KNOB, ""),
+                       r.data.tags[names.TAG_CONFIRM_REPEAT]) for r in runs)
 
-    confirm, ablation = of_kind(layout.KIND_CONFIRM, "FINISHED"), of_kind(layout.KIND_ABLATION, "FINISHED")
+    confirm, ablation = of_kind(names.KIND_CONFIRM, "FINISHED"), of_kind(names.KIND_ABLATION, "FINISHED")
     assert len(confirm) == (TOP_K + 1) * REPEATS, every  # exactly the 9 planned, none trained twice
     assert len(set(keys(confirm))) == len(confirm), keys(confirm)
     assert len(ablation) == 2 * REPEATS and len(set(keys(ablation))) == len(ablation), keys(ablation)
     # each kill cost the run in flight: closed KILLED on resume, never left RUNNING
-    assert len(of_kind(layout.KIND_CONFIRM, "KILLED")) == 1 and len(of_kind(layout.KIND_ABLATION, "KILLED")) == 1
+    assert len(of_kind(names.KIND_CONFIRM, "KILLED")) == 1 and len(of_kind(names.KIND_ABLATION, "KILLED")) == 1
     assert not [r for r in children if r.info.status == "RUNNING"]
     assert len(children) == 3 + 9 + 1 + 6 + 1  # trials, confirmation and ablation runs: nothing else started
 
@@ -134,20 +134,20 @@ def _uninterrupted(client, parent_id: str, confirm: list, ablation: list):
     from autospeed.search.confirm_ledger import KeptResult
     from autospeed.search.confirm_stats import decide
     from autospeed.search.confirm_text import compute_line, format_confirmation
-    from autospeed.track import layout
+    from autospeed.track import names
 
     parent = client.get_run(parent_id)
     candidates = pick_candidates(client, parent, TOP_K)
-    by_round = sorted(confirm, key=lambda r: int(r.data.tags[layout.TAG_CONFIRM_REPEAT]))
+    by_round = sorted(confirm, key=lambda r: int(r.data.tags[names.TAG_CONFIRM_REPEAT]))
     for c in candidates:
-        for run in (r for r in by_round if r.data.tags[layout.TAG_TRIAL_ID] == c.trial_id):
+        for run in (r for r in by_round if r.data.tags[names.TAG_TRIAL_ID] == c.trial_id):
             c.record(KeptResult.of(run))
     outcome = decide(candidates, REPEATS)
     assert outcome.winner is not None and not outcome.winner.baseline, format_confirmation(outcome)
     ablated, _ = variants(outcome.winner, outcome.baseline.recipe)
     for a in ablated:
-        for run in sorted(ablation, key=lambda r: int(r.data.tags[layout.TAG_CONFIRM_REPEAT])):
-            knob = run.data.tags[layout.TAG_ABLATION_KNOB]
+        for run in sorted(ablation, key=lambda r: int(r.data.tags[names.TAG_CONFIRM_REPEAT])):
+            knob = run.data.tags[names.TAG_ABLATION_KNOB]
             (a.reference if knob == "none" else a.runs if knob == a.knob else None).record(KeptResult.of(run))
     exported = {"tta_seconds_median": outcome.winner.median, "speedup_vs_baseline": outcome.speedup,
                 "baseline_tta_seconds_median": outcome.baseline.median, "repeats": REPEATS,

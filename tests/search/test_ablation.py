@@ -11,7 +11,7 @@ import pytest
 
 from autospeed.recipe import Recipe
 from autospeed.search.confirm_stats import Candidate
-from autospeed.track import layout
+from autospeed.track import names
 
 PID_PLUGIN = """
     import os
@@ -71,13 +71,13 @@ def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_r
     pids = [int(p) for p in out.read_text().split()]
     assert len(pids) == 4 and len(set(pids)) == 4 and os.getpid() not in pids  # 2 rounds x (winner, lr)
     (lr,) = ablated
-    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{layout.TAG_KIND}` = 'ablation'")
-    assert sorted(r.data.tags[layout.TAG_ABLATION_KNOB] for r in runs) == ["lr", "lr", "none", "none"]
-    by_knob = {k: [r for r in runs if r.data.tags[layout.TAG_ABLATION_KNOB] == k] for k in ("lr", "none")}
+    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{names.TAG_KIND}` = 'ablation'")
+    assert sorted(r.data.tags[names.TAG_ABLATION_KNOB] for r in runs) == ["lr", "lr", "none", "none"]
+    by_knob = {k: [r for r in runs if r.data.tags[names.TAG_ABLATION_KNOB] == k] for k in ("lr", "none")}
     assert {r.data.params["lr"] for r in by_knob["lr"]} == {"0.01"}
     assert {r.data.params["seed"] for r in by_knob["lr"]} == {r.data.params["seed"] for r in by_knob["none"]}
-    medians = {k: statistics.median(r.data.metrics[layout.M_TTA] for r in v) for k, v in by_knob.items()}
+    medians = {k: statistics.median(r.data.metrics[names.M_TTA] for r in v) for k, v in by_knob.items()}
     assert lr.lost == pytest.approx(medians["lr"] / medians["none"])
     measured = Measured()
-    _add_ablation(measured, client.get_run(parent.info.run_id).data.tags[layout.TAG_ABLATION])
+    _add_ablation(measured, client.get_run(parent.info.run_id).data.tags[names.TAG_ABLATION])
     assert measured.ablation == {"lr": pytest.approx(lr.lost)}

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from autospeed.track import layout
+from autospeed.track import names
 
 REPEATS, TOP_K = 3, 1  # the shared search's confirm section (tests/conftest.py)
 
@@ -26,28 +26,28 @@ def searched(finished_search):
 
 
 def test_confirm_runs_are_child_runs_interleaved(searched):
-    parent = searched.runs(layout.KIND_SEARCH)[0]
-    confirm = searched.runs(layout.KIND_CONFIRM)
+    parent = searched.runs(names.KIND_SEARCH)[0]
+    confirm = searched.runs(names.KIND_CONFIRM)
     # every recipe, the baseline included, `repeats` fresh runs: no search trial is pooled in as a sample
     assert len(confirm) == (TOP_K + 1) * REPEATS
-    assert layout.TAG_CONFIRM_CARRIED not in parent.data.tags
-    trial_ids = {r.data.tags[layout.TAG_TRIAL_ID] for r in searched.runs(layout.KIND_TRIAL)}
+    assert names.TAG_CONFIRM_CARRIED not in parent.data.tags
+    trial_ids = {r.data.tags[names.TAG_TRIAL_ID] for r in searched.runs(names.KIND_TRIAL)}
     for run in confirm:
         tags = run.data.tags
-        assert tags[layout.TAG_PARENT] == parent.info.run_id
-        assert tags[layout.TAG_SEARCH_ID] == parent.data.tags[layout.TAG_SEARCH_ID]
-        assert tags[layout.TAG_TRIAL_ID] in trial_ids
-        assert tags[layout.TAG_STATUS] in ("reached", "not_reached")
+        assert tags[names.TAG_PARENT] == parent.info.run_id
+        assert tags[names.TAG_SEARCH_ID] == parent.data.tags[names.TAG_SEARCH_ID]
+        assert tags[names.TAG_TRIAL_ID] in trial_ids
+        assert tags[names.TAG_STATUS] in ("reached", "not_reached")
         assert "batch_size" in run.data.params and "seed" in run.data.params
-        assert layout.M_BEST_VAL_ACCURACY in run.data.metrics
-    assert sum(r.data.tags[layout.TAG_BASELINE] == "true" for r in confirm) == REPEATS
+        assert names.M_BEST_VAL_ACCURACY in run.data.metrics
+    assert sum(r.data.tags[names.TAG_BASELINE] == "true" for r in confirm) == REPEATS
     # new seeds, one per repeat, never the search's seed
     assert {r.data.params["seed"] for r in confirm} == {str(1000 + i) for i in range(REPEATS)}
     # interleaved by rounds, by start time: A B | A B | A B
     by_start = sorted(confirm, key=lambda r: r.info.start_time)
-    rounds = [int(r.data.tags[layout.TAG_CONFIRM_REPEAT]) for r in by_start]
+    rounds = [int(r.data.tags[names.TAG_CONFIRM_REPEAT]) for r in by_start]
     assert rounds == sorted(rounds) and all(rounds.count(r) == TOP_K + 1 for r in range(REPEATS))
-    assert [r.data.tags[layout.TAG_BASELINE] for r in by_start] == ["false", "true"] * REPEATS
+    assert [r.data.tags[names.TAG_BASELINE] for r in by_start] == ["false", "true"] * REPEATS
 
 
 def _confirm_samples(searched, baseline: bool | None, metric: str, trial_id: str | None = None) -> list[float]:
@@ -55,11 +55,11 @@ def _confirm_samples(searched, baseline: bool | None, metric: str, trial_id: str
     search again, over more trials: each confirm run says how many trials it chose from); `baseline`: only the
     baseline's runs (True), only the others' (False), either (None); `trial_id`: only that trial's runs (the
     exported winner's, not another candidate's)."""
-    latest = int(searched.runs(layout.KIND_SEARCH)[0].data.metrics[layout.M_CONFIRM_TRIALS])
-    return [r.data.metrics[metric] for r in searched.runs(layout.KIND_CONFIRM)
-            if (baseline is None or r.data.tags[layout.TAG_BASELINE] == str(baseline).lower())
-            and int(r.data.tags.get(layout.TAG_CONFIRM_TRIALS, latest)) == latest
-            and (trial_id is None or r.data.tags[layout.TAG_TRIAL_ID] == trial_id)]
+    latest = int(searched.runs(names.KIND_SEARCH)[0].data.metrics[names.M_CONFIRM_TRIALS])
+    return [r.data.metrics[metric] for r in searched.runs(names.KIND_CONFIRM)
+            if (baseline is None or r.data.tags[names.TAG_BASELINE] == str(baseline).lower())
+            and int(r.data.tags.get(names.TAG_CONFIRM_TRIALS, latest)) == latest
+            and (trial_id is None or r.data.tags[names.TAG_TRIAL_ID] == trial_id)]
 
 
 def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searched, tmp_path):
@@ -77,7 +77,7 @@ def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searc
     # the winner's own runs: the shared search's digits baseline reaches its target in its first epoch, so on a
     # loaded machine the baseline itself may win confirmation (then the speed-up is 1)
     winner = measured["trial_id"]
-    base, best = _confirm_samples(searched, True, layout.M_TTA), _confirm_samples(searched, None, layout.M_TTA, winner)
+    base, best = _confirm_samples(searched, True, names.M_TTA), _confirm_samples(searched, None, names.M_TTA, winner)
     assert len(base) == len(best) == REPEATS
     assert measured["baseline_tta_seconds_median"] == pytest.approx(statistics.median(base))
     assert measured["tta_seconds_median"] == pytest.approx(statistics.median(best))
@@ -92,7 +92,7 @@ def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searc
     assert measured["wall_speedup_vs_baseline"] == pytest.approx(
         statistics.median(base_wall) / statistics.median(best_wall))
     assert "on the train clock" in proc.stdout and "on the wall to target" in proc.stdout
-    parent = searched.runs(layout.KIND_SEARCH)[0]
+    parent = searched.runs(names.KIND_SEARCH)[0]
     assert measured["trial_id"] == parent.data.tags["autospeed.confirmed_best_trial"]
     assert measured["environment"]["device"] == "cpu"
 
@@ -103,8 +103,8 @@ def test_the_search_writes_its_confirmed_best_recipe_itself(searched):
     assert f"best recipe: {best}" in searched.stdout
     measured = yaml.safe_load(best.read_text())["measured"]
     assert measured["confirmed"] is True and measured["repeats"] == REPEATS
-    parent = searched.runs(layout.KIND_SEARCH)[0]
-    assert parent.info.status == "FINISHED" and parent.data.metrics[layout.M_CONFIRM_REPEATS] == REPEATS
+    parent = searched.runs(names.KIND_SEARCH)[0]
+    assert parent.info.status == "FINISHED" and parent.data.metrics[names.M_CONFIRM_REPEATS] == REPEATS
 
 
 def test_train_warns_when_measured_elsewhere(searched, tmp_path):
@@ -142,9 +142,9 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
     proc = subprocess.run([*run, "explain", "--name", searched.name, "--tracking-uri", uri, "--storage-path",
                            str(copy / "runs"), "--repeats", "1"], cwd=copy, env=searched.env, capture_output=True,
                           text=True, timeout=300)
-    parent = searched.runs(layout.KIND_SEARCH)[0]
-    baseline = next(r for r in searched.runs(layout.KIND_TRIAL) if r.data.tags[layout.TAG_BASELINE] == "true")
-    if parent.data.tags[layout.TAG_CONFIRMED_BEST] == baseline.data.tags[layout.TAG_TRIAL_ID]:
+    parent = searched.runs(names.KIND_SEARCH)[0]
+    baseline = next(r for r in searched.runs(names.KIND_TRIAL) if r.data.tags[names.TAG_BASELINE] == "true")
+    if parent.data.tags[names.TAG_CONFIRMED_BEST] == baseline.data.tags[names.TAG_TRIAL_ID]:
         # under load the shared search's baseline has won its confirmation (its digits baseline reaches the
         # target in its first epoch): nothing to explain, said in one line
         assert proc.returncode == 1 and "is the baseline itself; nothing to explain" in proc.stderr, proc.stderr
@@ -159,14 +159,14 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
 
     client = MlflowClient(tracking_uri=uri)
     parent = client.search_runs([client.get_experiment_by_name(searched.name).experiment_id],
-                                filter_string=f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'")[0]
+                                filter_string=f"tags.`{names.TAG_KIND}` = '{names.KIND_SEARCH}'")[0]
     measured = Measured()
-    _add_ablation(measured, parent.data.tags[layout.TAG_ABLATION])  # what `autospeed export` writes from it
+    _add_ablation(measured, parent.data.tags[names.TAG_ABLATION])  # what `autospeed export` writes from it
     assert measured.ablation  # knob -> speed-up lost
-    ablation = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{layout.TAG_KIND}` = 'ablation'")
-    assert {r.data.tags[layout.TAG_ABLATION_KNOB] for r in ablation} == {*measured.ablation, "none"}
+    ablation = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{names.TAG_KIND}` = 'ablation'")
+    assert {r.data.tags[names.TAG_ABLATION_KNOB] for r in ablation} == {*measured.ablation, "none"}
     # the original search: no ablation run
-    assert not any(r.data.tags.get(layout.TAG_KIND) == layout.KIND_ABLATION for r in searched.runs())
+    assert not any(r.data.tags.get(names.TAG_KIND) == names.KIND_ABLATION for r in searched.runs())
 
 
 def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_one_left_running(
@@ -186,13 +186,13 @@ def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_
 
     shutil.copyfile(searched.folder / "mlflow.db", tmp_path / "mlflow.db")  # the shared search stays as it is
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    parent = searched.runs(layout.KIND_SEARCH)[0]
-    latest = str(int(parent.data.metrics[layout.M_CONFIRM_TRIALS]))
+    parent = searched.runs(names.KIND_SEARCH)[0]
+    latest = str(int(parent.data.metrics[names.M_CONFIRM_TRIALS]))
 
     def confirm_runs():
         runs = client.search_runs([parent.info.experiment_id], max_results=1000,
-                                  filter_string=f"tags.`{layout.TAG_KIND}` = 'confirm'")
-        return [r for r in runs if r.data.tags[layout.TAG_CONFIRM_TRIALS] == latest]
+                                  filter_string=f"tags.`{names.TAG_KIND}` = 'confirm'")
+        return [r for r in runs if r.data.tags[names.TAG_CONFIRM_TRIALS] == latest]
 
     by_round = sorted(confirm_runs(), key=lambda r: r.info.start_time)
     assert len(by_round) == (TOP_K + 1) * REPEATS
@@ -202,7 +202,7 @@ def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_
     monkeypatch.syspath_prepend(str(searched.folder))  # the probe plugin, for the fresh training processes too
     started = time.time() * 1000
 
-    session = SearchSession.direct(client, parent, parent.data.tags[layout.TAG_SEARCH_ID], SearchDir(tmp_path),
+    session = SearchSession.direct(client, parent, parent.data.tags[names.TAG_SEARCH_ID], SearchDir(tmp_path),
                                    open(os.devnull, "w"))
     outcome = run_confirmation(session, SearchSpec.model_validate(searched.space))
 

@@ -18,7 +18,7 @@ from autospeed.search.confirm_stats import Candidate, decide
 from autospeed.search.confirm_text import format_confirmation, summary_lines
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir
-from autospeed.track import layout
+from autospeed.track import names
 
 from .test_confirm_long import NONE_REACHED, PRODUCTION_SECONDS, confirm_runs, long_spec, make_search
 
@@ -95,13 +95,13 @@ def test_a_long_jobs_confirmation_trains_few_runs_and_its_summary_counts_them_in
         outcome = run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), spec)
 
         runs = confirm_runs(client, parent)
-        assert sorted(r.data.tags[layout.TAG_TRIAL_ID] for r in runs) == expected, console.getvalue()
-        assert all(r.data.tags[layout.TAG_CONFIRM_REPEAT] == "0" for r in runs)
+        assert sorted(r.data.tags[names.TAG_TRIAL_ID] for r in runs) == expected, console.getvalue()
+        assert all(r.data.tags[names.TAG_CONFIRM_REPEAT] == "0" for r in runs)
         assert f"(<={1 if mode == ONE else 3} runs)" in console.getvalue()
-        spent = sum(r.data.metrics[layout.M_TRAIN_SECONDS] for r in runs)
+        spent = sum(r.data.metrics[names.M_TRAIN_SECONDS] for r in runs)
         lines = summary_lines(outcome)
         assert lines[0].startswith("confirmed best: fast") and "faster than the baseline's given TTA, 50 s" in lines[0]
         assert "(min " in lines[0] and ", 1 run)" in lines[0]
         assert lines[-1] == (f"confirmation compute: {len(expected)} runs, {spent:.1f} s of train clock = "
                              f"{spent / 50.0:.2f} baseline runs")
-        assert client.get_run(parent.info.run_id).data.metrics[layout.M_CONFIRM_REPEATS] == 1
+        assert client.get_run(parent.info.run_id).data.metrics[names.M_CONFIRM_REPEATS] == 1

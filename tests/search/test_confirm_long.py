@@ -3,7 +3,7 @@ stays measured"): trials that only have a predicted TTA are confirmed; every con
 confirm.max_train_seconds (the production budget), which best.yaml carries; a baseline TTA given by the user
 is not re-run, and the speed-up against it claims no interval; the cost is printed in baseline runs.
 
-The searches are written into a fresh MLflow store with the layout's names, as the search's callback writes
+The searches are written into a fresh MLflow store with track/names.py's names, as the search's callback writes
 them; the confirmation runs are real: tiny digits recipes, each in a fresh process."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from autospeed.search.run import _has_best, _report_exploration
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir
 from autospeed.space import SearchSpec
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.track import runs as res
 from autospeed.track.export import best_recipe_yaml
 
@@ -49,22 +49,22 @@ def make_search(client, spec: SearchSpec, trials: list[dict]):
     """A finished search's parent (its params as run.py logs them) and trial runs, none reached unless said."""
     exp = client.create_experiment(spec.name)
     parent = client.create_run(exp, run_name="search-s1",
-                               tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
+                               tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: "s1"})
     flat = _flatten(spec.model_dump(mode="json"))
-    layout.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
+    writers.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
     for trial in trials:
-        source = (layout.TTA_MEASURED if trial.get("tta")
-                  else layout.TTA_PREDICTED if trial.get("predicted") else layout.TTA_NONE)
+        source = (names.TTA_MEASURED if trial.get("tta")
+                  else names.TTA_PREDICTED if trial.get("predicted") else names.TTA_NONE)
         run = client.create_run(exp, tags={
-            layout.TAG_PARENT: parent.info.run_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_KIND: layout.KIND_TRIAL,
-            layout.TAG_TRIAL_ID: trial["id"], layout.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
-            layout.TAG_STATUS: (Status.REACHED if trial.get("tta") else Status.NOT_REACHED).value,
-            layout.TAG_TTA_SOURCE: source})
-        values = {layout.M_OBJECTIVE: trial["objective"], layout.M_TTA: trial.get("tta")}
+            names.TAG_PARENT: parent.info.run_id, names.TAG_SEARCH_ID: "s1", names.TAG_KIND: names.KIND_TRIAL,
+            names.TAG_TRIAL_ID: trial["id"], names.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
+            names.TAG_STATUS: (Status.REACHED if trial.get("tta") else Status.NOT_REACHED).value,
+            names.TAG_TTA_SOURCE: source})
+        values = {names.M_OBJECTIVE: trial["objective"], names.M_TTA: trial.get("tta")}
         if trial.get("predicted"):
-            (values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW],
-             values[layout.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
-        layout.log_batch(client, run.info.run_id, layout.metrics(values))
+            (values[names.M_TTA_PREDICTED], values[names.M_TTA_PREDICTED_LOW],
+             values[names.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
+        writers.log_batch(client, run.info.run_id, writers.metrics(values))
         client.log_text(run.info.run_id, Recipe(**{**DIGITS, **trial.get("recipe", {})}).to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)
     return client.get_run(parent.info.run_id)
@@ -87,7 +87,7 @@ def store(tmp_path, new_store) -> str:
 
 
 def confirm_runs(client, parent) -> list:
-    return [r for r in res.child_runs(client, parent) if r.data.tags.get(layout.TAG_KIND) == layout.KIND_CONFIRM]
+    return [r for r in res.child_runs(client, parent) if r.data.tags.get(names.TAG_KIND) == names.KIND_CONFIRM]
 
 
 def test_candidates_include_predicted_trials_when_none_reached(store):
@@ -119,17 +119,17 @@ def test_confirmation_trains_with_the_production_budget_and_best_yaml_carries_it
     outcome = run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), spec)
 
     runs = confirm_runs(client, parent)
-    assert sorted(r.data.tags[layout.TAG_TRIAL_ID] for r in runs) == ["base", "fast"]
+    assert sorted(r.data.tags[names.TAG_TRIAL_ID] for r in runs) == ["base", "fast"]
     for run in runs:
         assert float(run.data.params["max_train_seconds"]) == PRODUCTION_SECONDS
         assert float(run.data.params["epochs"]) == 30
-        assert run.data.tags[layout.TAG_STATUS] == Status.REACHED.value
+        assert run.data.tags[names.TAG_STATUS] == Status.REACHED.value
     assert f"{PRODUCTION_SECONDS:g} s train budget" in console.getvalue()
 
     m = client.get_run(parent.info.run_id).data.metrics
-    spent = sum(r.data.metrics[layout.M_TRAIN_SECONDS] for r in runs)
-    assert m[layout.M_CONFIRM_COMPUTE_SECONDS] == pytest.approx(spent, rel=1e-6)
-    assert m[layout.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / outcome.baseline.median, rel=1e-6)
+    spent = sum(r.data.metrics[names.M_TRAIN_SECONDS] for r in runs)
+    assert m[names.M_CONFIRM_COMPUTE_SECONDS] == pytest.approx(spent, rel=1e-6)
+    assert m[names.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / outcome.baseline.median, rel=1e-6)
     assert compute_line(outcome) == (f"confirmation compute: 2 runs, {spent:.1f} s of train clock = "
                                      f"{spent / outcome.baseline.median:.2f} baseline runs")
 
@@ -152,20 +152,20 @@ def test_a_given_baseline_tta_is_not_rerun_and_its_speedup_claims_no_interval(st
     outcome = run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), spec)
 
     (run,) = confirm_runs(client, parent)  # the winner only: the baseline is not trained again
-    assert run.data.tags[layout.TAG_TRIAL_ID] == "fast" and run.data.tags[layout.TAG_BASELINE] == "false"
+    assert run.data.tags[names.TAG_TRIAL_ID] == "fast" and run.data.tags[names.TAG_BASELINE] == "false"
     assert "baseline's given TTA, 50 s (production run 2026-11-20, 2 cores), not re-run" in console.getvalue()
-    winner_tta = run.data.metrics[layout.M_TTA]
+    winner_tta = run.data.metrics[names.M_TTA]
     assert outcome.speedup == pytest.approx(50.0 / winner_tta)
     assert outcome.speedup_interval == (None, None)
     assert outcome.interval_note == f"baseline TTA given ({note}), not measured here: no interval"
     parent_now = client.get_run(parent.info.run_id)
     m, tags = parent_now.data.metrics, parent_now.data.tags
-    assert m[layout.M_CONFIRM_BASELINE_MEDIAN] == 50.0
-    assert m[layout.M_CONFIRM_SPEEDUP] == pytest.approx(50.0 / winner_tta)
-    assert layout.M_CONFIRM_SPEEDUP_CI_LOW not in m and layout.M_CONFIRM_BASELINE_WALL_MEDIAN not in m
-    assert (tags[layout.TAG_CONFIRM_BASELINE_SOURCE], tags[layout.TAG_CONFIRM_BASELINE_NOTE]) == ("given", note)
-    spent = run.data.metrics[layout.M_TRAIN_SECONDS]
-    assert m[layout.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / 50.0, rel=1e-6)
+    assert m[names.M_CONFIRM_BASELINE_MEDIAN] == 50.0
+    assert m[names.M_CONFIRM_SPEEDUP] == pytest.approx(50.0 / winner_tta)
+    assert names.M_CONFIRM_SPEEDUP_CI_LOW not in m and names.M_CONFIRM_BASELINE_WALL_MEDIAN not in m
+    assert (tags[names.TAG_CONFIRM_BASELINE_SOURCE], tags[names.TAG_CONFIRM_BASELINE_NOTE]) == ("given", note)
+    spent = run.data.metrics[names.M_TRAIN_SECONDS]
+    assert m[names.M_CONFIRM_COMPUTE_BASELINE_RUNS] == pytest.approx(spent / 50.0, rel=1e-6)
     assert compute_line(outcome).endswith(f"= {spent / 50.0:.2f} baseline runs")
 
     out = tmp_path / "best.yaml"
@@ -205,15 +205,15 @@ def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known
     session = SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console)
     _report_exploration(long_spec("explore"), session, 25.0)
     assert console.getvalue() == ""  # no baseline TTA yet: nothing to count in
-    client.log_metric(parent_id, layout.M_CONFIRM_BASELINE_MEDIAN, 4.0)  # train clock: not what a wall is counted in
-    client.log_metric(parent_id, layout.M_CONFIRM_BASELINE_WALL_MEDIAN, 10.0)
+    client.log_metric(parent_id, names.M_CONFIRM_BASELINE_MEDIAN, 4.0)  # train clock: not what a wall is counted in
+    client.log_metric(parent_id, names.M_CONFIRM_BASELINE_WALL_MEDIAN, 10.0)
     _report_exploration(long_spec("explore"), session, 25.0)
     assert console.getvalue().strip() == ("exploration: 25.0 s wall (probe and trials) = 2.50 baseline runs "
                                           "(its median wall to target, 10.0 s)")
-    assert client.get_run(parent_id).data.metrics[layout.M_EXPLORATION_BASELINE_RUNS] == pytest.approx(2.5)
+    assert client.get_run(parent_id).data.metrics[names.M_EXPLORATION_BASELINE_RUNS] == pytest.approx(2.5)
     given = long_spec("explore-given", baseline_tta_seconds=50.0, baseline_tta_note="prod")
     parent = make_search(client, given, [])  # a given baseline is not run: no wall measured
     parent_id, console = parent.info.run_id, io.StringIO()
     _report_exploration(given, SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), 25.0)
     assert re.search(r"= 0\.50 baseline runs \(its given TTA, 50\.0 s\)$", console.getvalue().strip())
-    assert math.isclose(client.get_run(parent_id).data.metrics[layout.M_EXPLORATION_BASELINE_RUNS], 0.5)
+    assert math.isclose(client.get_run(parent_id).data.metrics[names.M_EXPLORATION_BASELINE_RUNS], 0.5)

@@ -9,7 +9,7 @@ import pytest
 from autospeed.outcome import Status, objective
 from autospeed.recipe import Recipe
 from autospeed.search.curve import PREDICTION_KEYS, TrialCurve
-from autospeed.space import Predict
+from autospeed.space_sections import Predict
 
 TARGET = {"metric": "val_loss", "mode": "min", "value": 1.7}
 BUDGET_SECONDS = 25.0

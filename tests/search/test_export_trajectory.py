@@ -15,7 +15,7 @@ from autospeed.recipe import load_recipe
 from autospeed.search.confirm import run_confirmation
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.track.export import best_recipe_yaml
 from autospeed.track.trajectory import curve_of
 
@@ -26,12 +26,12 @@ TRIAL_CURVE = [(0.5, 0.40), (1.0, 0.55), (1.5, 0.62), (2.0, 0.66)]  # (train sec
 
 def log_curve(client, run_id: str, curve) -> None:
     for step, (seconds, value) in enumerate(curve, start=1):
-        layout.log_batch(client, run_id,
-                         layout.metrics({layout.M_TRAIN_SECONDS: seconds, "val_accuracy": value}, step=step))
+        writers.log_batch(client, run_id,
+                         writers.metrics({names.M_TRAIN_SECONDS: seconds, "val_accuracy": value}, step=step))
 
 
 def trial_run_id(client, parent, trial_id: str) -> str:
-    runs = client.search_runs([parent.info.experiment_id], f"tags.`{layout.TAG_TRIAL_ID}` = '{trial_id}'")
+    runs = client.search_runs([parent.info.experiment_id], f"tags.`{names.TAG_TRIAL_ID}` = '{trial_id}'")
     return runs[0].info.run_id
 
 
@@ -79,7 +79,7 @@ def test_a_confirmed_winner_carries_the_curve_of_its_confirmation_run(client, tm
     (run,) = confirm_runs(client, parent)
     recipe, _ = exported(client, "confirmed", tmp_path)
     traj = recipe.measured.trajectory
-    tta = run.data.metrics[layout.M_TTA]
+    tta = run.data.metrics[names.M_TTA]
     assert traj.source == "confirmation" and "seed 1000" in traj.note
     assert traj.tta_seconds == traj.tta_low_seconds == traj.tta_high_seconds == tta
     assert [tuple(p) for p in traj.points] == curve_of(client, run.info.run_id, "val_accuracy")

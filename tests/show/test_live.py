@@ -259,7 +259,8 @@ def test_the_leaderboard_and_the_live_lines_mark_a_knob_that_did_not_act():
     import json
 
     from autospeed.recipe import Recipe
-    from autospeed.track import layout, runs
+    from autospeed.show import leaderboard
+    from autospeed.track import names, runs, writers
     from autospeed.train.trainer import train
 
     asked = dict(workload="digits", target_accuracy=0.9, epochs=3, eval_every_epochs=1, batch_size=32, lr=0.1)
@@ -267,18 +268,18 @@ def test_the_leaderboard_and_the_live_lines_mark_a_knob_that_did_not_act():
 
     rows = []
     for label, result in results.items():
-        tags = layout.applied_tags(result.applied)  # as the trial's MLflow run holds them
+        tags = writers.applied_tags(result.applied)  # as the trial's MLflow run holds them
         rows.append(runs.TrialRow(
             run_id=label, trial_id=label, kind="trial", baseline=label == "baseline", status=result.status.value,
             tta_seconds=result.tta_seconds, best_val_accuracy=result.best_val_accuracy, objective=result.objective,
             wall_seconds=result.wall_seconds, params={"batch_size": "32", "lr": "0.1"},
-            applied=json.loads(tags[layout.TAG_APPLIED])))
-    board = runs.format_leaderboard(rows).splitlines()
+            applied=json.loads(tags[names.TAG_APPLIED])))
+    board = leaderboard.table(rows).splitlines()
     trial = next(line for line in board if "trial_00001" in line)
     baseline = next(line for line in board if "baseline" in line)
     assert trial.endswith("batch_size=32 lr=0.1 attention=math (n/a)")
     assert baseline.endswith("batch_size=32 lr=0.1")  # `auto` asked for no backend: nothing to mark
-    assert layout.applied_tags(results["trial_00001"].applied)["autospeed.applied.not_applied"] == \
+    assert writers.applied_tags(results["trial_00001"].applied)["autospeed.applied.not_applied"] == \
         "attention=math (n/a)"
 
     view = SearchView(total=2, stream=io.StringIO(), live=False)

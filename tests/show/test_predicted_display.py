@@ -1,7 +1,7 @@
 """Everything a person reads marks a predicted TTA as one (issue 27, docs/design.md "Long jobs: predicted time to
 target"): the trial rows read back from MLflow, the leaderboard and its CSV, the live view, the report.
 
-The store mimics a search with `predict` (tracking layout of autospeed/track/layout.py), written here with
+The store mimics a search with `predict` (tracking layout of autospeed/track/names.py), written here with
 MlflowClient: a baseline whose own budget was too short (predicted), one trial that reached (measured), one
 predicted, one without a prediction (flat), and one trial from before the tag existed.
 """
@@ -26,23 +26,23 @@ def _run(client, exp_id, parent_id, trial_id, status, curve, *, baseline=False, 
     """One trial run: per-evaluation val_accuracy and train_seconds by step, final metrics, the Long-jobs tags."""
     from mlflow.entities import RunStatus
 
-    from autospeed.track import layout
+    from autospeed.track import names, writers
 
-    tags = {layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_TRIAL_ID: trial_id,
-            layout.TAG_KIND: layout.KIND_TRIAL, layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower()}
+    tags = {names.TAG_PARENT: parent_id, names.TAG_SEARCH_ID: "s1", names.TAG_TRIAL_ID: trial_id,
+            names.TAG_KIND: names.KIND_TRIAL, names.TAG_STATUS: status, names.TAG_BASELINE: str(baseline).lower()}
     if source is not None:
-        tags[layout.TAG_TTA_SOURCE] = source
+        tags[names.TAG_TTA_SOURCE] = source
     if note is not None:
-        tags[layout.TAG_TTA_NOTE] = note
+        tags[names.TAG_TTA_NOTE] = note
     rid = client.create_run(exp_id, run_name="baseline" if baseline else trial_id, tags=tags).info.run_id
     metrics = []
     for step, (secs, acc) in enumerate(curve, 1):
-        metrics += [_metric(layout.M_VAL_ACCURACY, acc, step * 10), _metric(layout.M_TRAIN_SECONDS, secs, step * 10)]
-    final = {layout.M_BEST_VALUE: max(a for _, a in curve), layout.M_OBJECTIVE: objective, layout.M_TTA: tta}
+        metrics += [_metric(names.M_VAL_ACCURACY, acc, step * 10), _metric(names.M_TRAIN_SECONDS, secs, step * 10)]
+    final = {names.M_BEST_VALUE: max(a for _, a in curve), names.M_OBJECTIVE: objective, names.M_TTA: tta}
     if predicted is not None:
-        final.update(zip((layout.M_TTA_PREDICTED, layout.M_TTA_PREDICTED_LOW, layout.M_TTA_PREDICTED_HIGH), predicted))
+        final.update(zip((names.M_TTA_PREDICTED, names.M_TTA_PREDICTED_LOW, names.M_TTA_PREDICTED_HIGH), predicted))
     metrics += [_metric(k, v, 0) for k, v in final.items() if v is not None]
-    layout.log_batch(client, rid, metrics, params={"target_accuracy": "0.9", "max_train_seconds": "10", "lr": "0.1"})
+    writers.log_batch(client, rid, metrics, params={"target_accuracy": "0.9", "max_train_seconds": "10", "lr": "0.1"})
     client.set_terminated(rid, RunStatus.to_string(RunStatus.FINISHED))
     return rid
 
@@ -58,26 +58,26 @@ def _store(tmp_path, new_store, predicted: bool):
     none, note "predict is off", as autospeed/search/curve.py writes)."""
     from mlflow.tracking import MlflowClient
 
-    from autospeed.track import layout
+    from autospeed.track import names
 
     uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp_id = client.create_experiment("long", artifact_location=str(tmp_path / "artifacts"))
-    pid = client.create_run(exp_id, run_name="search-s1", tags={layout.TAG_KIND: layout.KIND_SEARCH,
-                                                                  layout.TAG_SEARCH_ID: "s1"}).info.run_id
+    pid = client.create_run(exp_id, run_name="search-s1", tags={names.TAG_KIND: names.KIND_SEARCH,
+                                                                  names.TAG_SEARCH_ID: "s1"}).info.run_id
     client.log_param(pid, "target_accuracy", "0.9")
     client.log_param(pid, "budget.max_train_seconds", "10")
     seconds = [1.0 * i for i in range(1, 11)]
     p = predicted
-    off = {"source": layout.TTA_NONE, "note": "predict is off"}
+    off = {"source": names.TTA_NONE, "note": "predict is off"}
     _run(client, exp_id, pid, "t_base", "not_reached", _rising([s / 2 for s in seconds]), baseline=True,
-         objective=900 if p else 21, **({"source": layout.TTA_PREDICTED, "predicted": (900, 700, 1200)} if p else off))
+         objective=900 if p else 21, **({"source": names.TTA_PREDICTED, "predicted": (900, 700, 1200)} if p else off))
     _run(client, exp_id, pid, "t_a", "reached", [(2.0, 0.6), (4.0, 0.8), (6.0, 0.91)], tta=6.0, objective=6.0,
-         source=layout.TTA_MEASURED if p else None)
+         source=names.TTA_MEASURED if p else None)
     _run(client, exp_id, pid, "t_b", "not_reached", _rising(seconds), objective=412 if p else 20.5,
-         **({"source": layout.TTA_PREDICTED, "predicted": (412, 300, 560)} if p else off))
+         **({"source": names.TTA_PREDICTED, "predicted": (412, 300, 560)} if p else off))
     _run(client, exp_id, pid, "t_c", "stopped_early", [(s, 0.5) for s in seconds[:6]], objective=2000 if p else 28,
-         **({"source": layout.TTA_NONE, "note": "flat: no improvement beyond the noise"} if p else off))
+         **({"source": names.TTA_NONE, "note": "flat: no improvement beyond the noise"} if p else off))
     _run(client, exp_id, pid, "t_old", "not_reached", [(1.0, 0.3), (2.0, 0.4)], objective=2500 if p else 30)
     return SimpleNamespace(uri=uri, client=client, parent_id=pid, tmp=tmp_path)
 
@@ -111,19 +111,20 @@ def test_trial_rows_read_where_each_tta_comes_from_and_rank_predictions_after_me
 
 
 def test_a_run_from_before_the_tag_reads_as_measured_when_it_reached(store):
+    from autospeed.show import leaderboard
     from autospeed.track import runs
 
     row = runs.TrialRow(run_id="r", trial_id="t", kind="trial", baseline=False, status="reached", tta_seconds=3.0,
                         best_val_accuracy=0.95, objective=3.0, wall_seconds=4.0, params={})
-    assert row.tta_source == "measured" and runs.tta_text(row) == "3.00 s"
+    assert row.tta_source == "measured" and leaderboard.tta_text(row) == "3.00 s"
 
 
 # ------------------------------------------------------------------ leaderboard
 def test_the_leaderboard_marks_a_predicted_tta_and_speedup_and_never_prints_one_as_a_measurement(store):
-    from autospeed.track import runs
+    from autospeed.show import leaderboard
 
     rows, by_id = _rows(store)
-    board = runs.format_leaderboard(rows)
+    board = leaderboard.table(rows)
     lines = {tid: next(ln for ln in board.splitlines() if (("baseline" if tid == "t_base" else tid) + " ") in ln)
              for tid in by_id}
     assert "~412 s [300-560]" in lines["t_b"] and "~2.2x" in lines["t_b"]
@@ -139,10 +140,10 @@ def test_the_leaderboard_marks_a_predicted_tta_and_speedup_and_never_prints_one_
 def test_the_leaderboard_csv_carries_the_source_and_the_interval(store):
     import csv
 
-    from autospeed.track import runs
+    from autospeed.show import leaderboard
 
     rows, _ = _rows(store)
-    table = list(csv.DictReader(io.StringIO(runs.leaderboard_csv(rows))))
+    table = list(csv.DictReader(io.StringIO(leaderboard.to_csv(rows))))
     b = next(r for r in table if r["trial_id"] == "t_b")
     assert (b["tta_source"], b["tta_seconds"]) == ("predicted", "")
     assert [float(b[k]) for k in ("tta_predicted_seconds", "tta_predicted_low_seconds",
@@ -178,15 +179,15 @@ def test_the_live_line_of_a_trial_that_did_not_reach_shows_its_prediction_or_why
 
 
 def test_a_resumed_search_shows_its_past_trials_predictions(store):
+    from autospeed.show import leaderboard
     from autospeed.show.live import SearchView
-    from autospeed.track import runs
 
     rows, _ = _rows(store)
     out = io.StringIO()
     view = SearchView(total=6, stream=out, live=False)
     for r in rows:  # as the search's callback seeds a resumed search
         view.seed_finished("baseline" if r.baseline else r.trial_id, r.status, r.tta_seconds, r.best_value,
-                           r.baseline, r.knobs(), predicted=runs.predicted_text(r))
+                           r.baseline, leaderboard.knobs_text(r), predicted=leaderboard.predicted_text(r))
     lines = [view.trial_line(f) for f in view.done]
     assert any("t_b: not_reached, TTA ~412 s [300-560] (predicted)" in ln for ln in lines)
     assert any("t_c: stopped_early, best acc 0.5000, no prediction (flat: no improvement beyond the noise)" in ln
@@ -217,8 +218,8 @@ def test_the_report_draws_each_prediction_and_marks_it_in_the_page(store):
 
 
 def test_a_search_without_predictions_keeps_its_report(tmp_path, new_store):
+    from autospeed.show import leaderboard
     from autospeed.show.report import write_report
-    from autospeed.track import runs
 
     plain = _store(tmp_path, new_store, predicted=False)
     report = write_report(plain.client, "long", plain.tmp / "report", log_to_mlflow=False)
@@ -231,4 +232,4 @@ def test_a_search_without_predictions_keeps_its_report(tmp_path, new_store):
     assert "~" not in board and "no prediction" not in board and "note: ~" not in board
     assert "6.00 s" in board and "1.00x" not in board  # t_a measured; the baseline never reached: no speed-up
     rows, _ = _rows(plain)
-    assert [runs.predicted_text(r) for r in rows] == [None] * len(rows)
+    assert [leaderboard.predicted_text(r) for r in rows] == [None] * len(rows)

@@ -24,11 +24,11 @@ def _metric(key, value, step):
 def _child(client, exp_id, parent_id, trial_id, kind, status, baseline, history, tta=None, params=None):
     from mlflow.entities import RunStatus
 
-    from autospeed.track import layout
+    from autospeed.track import names, writers
 
     run = client.create_run(exp_id, run_name=trial_id, tags={
-        layout.TAG_PARENT: parent_id, layout.TAG_SEARCH_ID: "s1", layout.TAG_TRIAL_ID: trial_id, layout.TAG_KIND: kind,
-        layout.TAG_STATUS: status, layout.TAG_BASELINE: str(baseline).lower(),
+        names.TAG_PARENT: parent_id, names.TAG_SEARCH_ID: "s1", names.TAG_TRIAL_ID: trial_id, names.TAG_KIND: kind,
+        names.TAG_STATUS: status, names.TAG_BASELINE: str(baseline).lower(),
         "autospeed.env.device_name": "cpu (test)"})
     rid = run.info.run_id
     metrics = []
@@ -38,7 +38,7 @@ def _child(client, exp_id, parent_id, trial_id, kind, status, baseline, history,
     metrics += [_metric("best_val_accuracy", best, 0), _metric("objective", tta or 20, 0)]
     if tta is not None:
         metrics.append(_metric("tta_seconds", tta, 0))
-    layout.log_batch(client, rid, metrics, params={"target_accuracy": "0.9", "max_train_seconds": "10",
+    writers.log_batch(client, rid, metrics, params={"target_accuracy": "0.9", "max_train_seconds": "10",
                                               **(params or {})})
     client.set_terminated(rid, RunStatus.to_string(RunStatus.FINISHED))
     return rid
@@ -50,14 +50,14 @@ def store(tmp_path, new_store):
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from autospeed.track import layout
+    from autospeed.track import names, writers
 
     uri = new_store(tmp_path)
     client = MlflowClient(uri)
     exp_id = client.create_experiment("demo", artifact_location=str(tmp_path / "artifacts"))
     parent = client.create_run(exp_id, run_name="search-s1", tags={
-        layout.TAG_KIND: "search", layout.TAG_SEARCH_ID: "s1",
-        layout.TAG_EXPERIMENT_DIR: str(tmp_path / "results" / "demo" / "s1")})
+        names.TAG_KIND: "search", names.TAG_SEARCH_ID: "s1",
+        names.TAG_EXPERIMENT_DIR: str(tmp_path / "results" / "demo" / "s1")})
     pid = parent.info.run_id
     client.log_param(pid, "target_accuracy", "0.9")
     client.log_param(pid, "budget.max_train_seconds", "10")
@@ -72,7 +72,7 @@ def store(tmp_path, new_store):
     for tid, base, ttas in (("t_00001", False, [2.2, 1.9]), ("t_00000", True, [6.1, 5.8])):
         for i, tta in enumerate(ttas):
             _child(client, exp_id, pid, tid, "confirm", "reached", base, [(tta, 0.91)], tta=tta)
-    layout.log_batch(client, pid, layout.metrics({"confirm_tta_seconds_median": 2.05, "confirm_tta_seconds_min": 1.9,
+    writers.log_batch(client, pid, writers.metrics({"confirm_tta_seconds_median": 2.05, "confirm_tta_seconds_min": 1.9,
                                         "confirm_tta_seconds_max": 2.2, "confirm_baseline_tta_seconds_median": 5.95,
                                         "confirm_speedup_vs_baseline": 5.95 / 2.05, "confirm_repeats": 2}))
     study_dir = tmp_path / "results" / "demo" / "s1"
@@ -113,11 +113,11 @@ def test_a_search_before_round_3_that_carried_the_baseline_trial_into_confirmati
     """Until round 3 confirm.py counted the baseline's own trial as its first confirmation sample (parent tag);
     the report still reads such a search as it was confirmed. New searches never carry (tests/search)."""
     from autospeed.show.report import collect
-    from autospeed.track import layout
+    from autospeed.track import names
 
     base = next(c for c in collect(store.client, "demo").confirmed if c.baseline)
     assert sorted(base.ttas) == [5.8, 6.1]
-    store.client.set_tag(store.parent_id, layout.TAG_CONFIRM_CARRIED, "t_00000")
+    store.client.set_tag(store.parent_id, names.TAG_CONFIRM_CARRIED, "t_00000")
     base = next(c for c in collect(store.client, "demo").confirmed if c.baseline)
     assert base.ttas[0] == 6.0 and sorted(base.ttas) == [5.8, 6.0, 6.1]
 
@@ -164,7 +164,7 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
     from mlflow.entities import Metric
 
     from autospeed.show import report
-    from autospeed.track import layout
+    from autospeed.track import writers
 
     rid = store.client.create_run(store.client.get_run(store.parent_id).info.experiment_id).info.run_id
     killed = [(10, 1.0, 0.5), (20, 2.0, 0.7), (30, 3.0, 0.8)]  # (step, train seconds, accuracy)
@@ -173,7 +173,7 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
     for ms, attempt in ((1_000, killed), (5_000, resumed)):
         for i, (step, secs, acc) in enumerate(attempt):
             metrics += [Metric("train_seconds", secs, ms + i, step), Metric("val_accuracy", acc, ms + i, step)]
-    layout.log_batch(store.client, rid, metrics)
+    writers.log_batch(store.client, rid, metrics)
     c = report.data.curve(store.client, rid)
     assert c.train_seconds == [1.1, 2.1] and c.values == [0.55, 0.94]
 
@@ -181,15 +181,16 @@ def test_a_resumed_trials_curve_is_its_last_attempt(store):
 def test_trials_on_two_nodes_are_named_in_the_leaderboard_and_the_page(store, cli_in_process):
     """docs/design.md "Tracking layout": every run records its node; a search whose trials ran on
     more than one node (or device) says so, with a node column, in both tables."""
-    from autospeed.track import layout
+    from autospeed.show import leaderboard
+    from autospeed.track import names
     from autospeed.track import runs as res
 
     parent = res.find_parent(store.client, "demo")
     one, two = "host-a/" + "1" * 56, "host-a/" + "2" * 56  # one host, two Ray nodes
-    assert res.placement_note(res.trial_rows(store.client, parent)) is None
+    assert leaderboard.placement_note(res.trial_rows(store.client, parent)) is None
     for i, r in enumerate(sorted(res.trial_rows(store.client, parent), key=lambda r: r.trial_id)):
-        store.client.set_tag(r.run_id, layout.TAG_NODE, one if i % 2 else two)
-    board = res.format_leaderboard(res.trial_rows(store.client, parent))
+        store.client.set_tag(r.run_id, names.TAG_NODE, one if i % 2 else two)
+    board = leaderboard.table(res.trial_rows(store.client, parent))
     assert "node" in board.splitlines()[0] and "host-a/11111111" in board and "host-a/22222222" in board
     assert board.splitlines()[-1] == ("note: trials ran on 2 nodes (host-a/11111111: 2 trials, host-a/22222222: "
                                       "2 trials); TTAs measured on different nodes or devices compare only as far as "
@@ -232,7 +233,7 @@ def test_the_report_draws_the_ablation_and_says_when_there_are_too_few_repeats_f
     import json
 
     from autospeed.show.report import write_report
-    from autospeed.track import layout
+    from autospeed.track import names
 
     record = {"batch_size": {"set_back": {"batch_size": 16}, "winner": {"batch_size": 128}, "median_tta_seconds": 4.1,
                              "winner_median_tta_seconds": 2.05, "reached": "2/2", "speedup_lost": 2.0,
@@ -240,7 +241,7 @@ def test_the_report_draws_the_ablation_and_says_when_there_are_too_few_repeats_f
               "lr": {"set_back": {"lr": 0.01}, "winner": {"lr": 0.2}, "median_tta_seconds": None,
                      "winner_median_tta_seconds": 2.05, "reached": "0/2", "speedup_lost": None,
                      "speedup_lost_at_least": 4.9, "share": None}}
-    store.client.set_tag(store.parent_id, layout.TAG_ABLATION, json.dumps(record))
+    store.client.set_tag(store.parent_id, names.TAG_ABLATION, json.dumps(record))
     report = write_report(store.client, "demo", store.tmp / "report", log_to_mlflow=False)
     assert "ablation.png" in {p.name for p in report.figures}
     page = (store.tmp / "report" / "report.html").read_text()

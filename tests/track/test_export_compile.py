@@ -13,7 +13,7 @@ from autospeed.outcome import Status
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.search.confirm import _log_parent
 from autospeed.search.confirm_stats import Candidate, decide
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.track.export import best_recipe_yaml, compile_lines
 
 CONFIRM_RUNS = [(1.2, 2.0), (1.5, 2.1), (1.1, 1.9)]  # the winner's (compile seconds, TTA) in its confirmation
@@ -25,21 +25,21 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
     """A finished search (a baseline and one trial) whose confirmation ran with `compile_cache` (None: a search
     confirmed before the setting existed, whose parent has no tag)."""
     exp = client.create_experiment("cc")
-    parent = client.create_run(exp, tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
+    parent = client.create_run(exp, tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: "s1"})
     for trial_id, recipe, baseline in (("base", BASE, True), ("t1", winner, False)):
-        run = client.create_run(exp, tags={layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_TRIAL,
-                                           layout.TAG_TRIAL_ID: trial_id, layout.TAG_BASELINE: str(baseline).lower(),
-                                           layout.TAG_STATUS: Status.REACHED.value,
-                                           layout.TAG_TTA_SOURCE: layout.TTA_MEASURED})
-        layout.log_batch(client, run.info.run_id, layout.metrics({layout.M_OBJECTIVE: 2.0, layout.M_TTA: 2.0}))
+        run = client.create_run(exp, tags={names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_TRIAL,
+                                           names.TAG_TRIAL_ID: trial_id, names.TAG_BASELINE: str(baseline).lower(),
+                                           names.TAG_STATUS: Status.REACHED.value,
+                                           names.TAG_TTA_SOURCE: names.TTA_MEASURED})
+        writers.log_batch(client, run.info.run_id, writers.metrics({names.M_OBJECTIVE: 2.0, names.M_TTA: 2.0}))
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)
     for repeat, (compile_seconds, tta) in enumerate(CONFIRM_RUNS):  # the winner's confirmation runs, as logged
-        run = client.create_run(exp, tags={layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_CONFIRM,
-                                           layout.TAG_TRIAL_ID: "t1", layout.TAG_CONFIRM_REPEAT: str(repeat),
-                                           layout.TAG_CONFIRM_TRIALS: "2", layout.TAG_STATUS: Status.REACHED.value})
-        layout.log_batch(client, run.info.run_id,
-                         layout.metrics({layout.M_COMPILE_SECONDS: compile_seconds, layout.M_TTA: tta}))
+        run = client.create_run(exp, tags={names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_CONFIRM,
+                                           names.TAG_TRIAL_ID: "t1", names.TAG_CONFIRM_REPEAT: str(repeat),
+                                           names.TAG_CONFIRM_TRIALS: "2", names.TAG_STATUS: Status.REACHED.value})
+        writers.log_batch(client, run.info.run_id,
+                         writers.metrics({names.M_COMPILE_SECONDS: compile_seconds, names.M_TTA: tta}))
         client.set_terminated(run.info.run_id)
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
     base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])
@@ -48,7 +48,7 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
         outcome.compile_cache = compile_cache
     _log_parent(client, parent.info.run_id, outcome, 2)
     if compile_cache is None:
-        client.delete_tag(parent.info.run_id, layout.TAG_CONFIRM_COMPILE_CACHE)
+        client.delete_tag(parent.info.run_id, names.TAG_CONFIRM_COMPILE_CACHE)
 
 
 @pytest.fixture
@@ -61,8 +61,8 @@ def test_the_export_says_which_compile_the_confirmed_speedup_includes(client, st
     make_confirmed_search(client, COMPILED, state)
 
     parent = client.search_runs([client.get_experiment_by_name("cc").experiment_id],
-                                filter_string=f"tags.`{layout.TAG_KIND}` = '{layout.KIND_SEARCH}'")[0]
-    assert parent.data.tags[layout.TAG_CONFIRM_COMPILE_CACHE] == state
+                                filter_string=f"tags.`{names.TAG_KIND}` = '{names.KIND_SEARCH}'")[0]
+    assert parent.data.tags[names.TAG_CONFIRM_COMPILE_CACHE] == state
     text, best = best_recipe_yaml(client, "cc")
     assert best.trial_id == "t1"
     assert yaml.safe_load(text)["measured"]["compile_cache_state"] == state

@@ -2,7 +2,7 @@
 unconfirmed export of a trial that only has a predicted TTA says `tta_source: predicted` with the interval and
 never writes the prediction as `tta_seconds`; the printed line marks it (`~412 s [300-560]`); the recipe
 carries the search's production budget (confirm.max_train_seconds). No training: the search is written into
-a fresh MLflow store with the layout's names."""
+a fresh MLflow store with track/names.py's names."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.search.parent import flatten as _flatten
 from autospeed.space import SearchSpec
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.track.export import best_recipe_yaml
 
 SPEC = SearchSpec.model_validate({
@@ -27,22 +27,22 @@ SPEC = SearchSpec.model_validate({
 def make_search(client, trials: list[dict]) -> None:
     """A finished, unconfirmed search: its parent (params as run.py logs them) and trial runs."""
     exp = client.create_experiment(SPEC.name)
-    parent = client.create_run(exp, tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
+    parent = client.create_run(exp, tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: "s1"})
     flat = _flatten(SPEC.model_dump(mode="json"))
-    layout.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
+    writers.log_batch(client, parent.info.run_id, params={k: str(v) for k, v in flat.items() if v is not None})
     for trial in trials:
         reached = trial.get("tta") is not None
         run = client.create_run(exp, tags={
-            layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_TRIAL, layout.TAG_TRIAL_ID: trial["id"],
-            layout.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
-            layout.TAG_STATUS: (Status.REACHED if reached else Status.NOT_REACHED).value,
-            layout.TAG_TTA_SOURCE: layout.TTA_MEASURED if reached
-            else layout.TTA_PREDICTED if "predicted" in trial else layout.TTA_NONE})
-        values = {layout.M_OBJECTIVE: trial["objective"], layout.M_TTA: trial.get("tta")}
+            names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_TRIAL, names.TAG_TRIAL_ID: trial["id"],
+            names.TAG_BASELINE: str(trial.get("baseline", False)).lower(),
+            names.TAG_STATUS: (Status.REACHED if reached else Status.NOT_REACHED).value,
+            names.TAG_TTA_SOURCE: names.TTA_MEASURED if reached
+            else names.TTA_PREDICTED if "predicted" in trial else names.TTA_NONE})
+        values = {names.M_OBJECTIVE: trial["objective"], names.M_TTA: trial.get("tta")}
         if "predicted" in trial:
-            (values[layout.M_TTA_PREDICTED], values[layout.M_TTA_PREDICTED_LOW],
-             values[layout.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
-        layout.log_batch(client, run.info.run_id, layout.metrics(values))
+            (values[names.M_TTA_PREDICTED], values[names.M_TTA_PREDICTED_LOW],
+             values[names.M_TTA_PREDICTED_HIGH]) = trial["predicted"]
+        writers.log_batch(client, run.info.run_id, writers.metrics(values))
         recipe = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=3, lr=trial["lr"])
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)

@@ -27,7 +27,7 @@ from autospeed.recipe import Measured, Recipe
 from autospeed.run_recipe import train_in_fresh_process
 from autospeed.search.confirm import _log_compile_cache
 from autospeed.search.confirm_stats import Candidate
-from autospeed.track import layout
+from autospeed.track import names, writers
 from autospeed.train import compile_cache
 
 RECIPE = Recipe(workload="digits", target_accuracy=0.2,
@@ -53,12 +53,12 @@ def search_machine(tmp_path_factory) -> tuple[Path, Path]:
 def make_search(client, recipe: Recipe) -> str:
     """A finished search whose one trial reached with `recipe`; returns the trial's run id."""
     exp = client.create_experiment("cc")
-    parent = client.create_run(exp, tags={layout.TAG_KIND: layout.KIND_SEARCH, layout.TAG_SEARCH_ID: "s1"})
-    run = client.create_run(exp, tags={layout.TAG_PARENT: parent.info.run_id, layout.TAG_KIND: layout.KIND_TRIAL,
-                                       layout.TAG_TRIAL_ID: "t1", layout.TAG_BASELINE: "false",
-                                       layout.TAG_STATUS: Status.REACHED.value,
-                                       layout.TAG_TTA_SOURCE: layout.TTA_MEASURED})
-    layout.log_batch(client, run.info.run_id, layout.metrics({layout.M_OBJECTIVE: 2.0, layout.M_TTA: 2.0}))
+    parent = client.create_run(exp, tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: "s1"})
+    run = client.create_run(exp, tags={names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_TRIAL,
+                                       names.TAG_TRIAL_ID: "t1", names.TAG_BASELINE: "false",
+                                       names.TAG_STATUS: Status.REACHED.value,
+                                       names.TAG_TTA_SOURCE: names.TTA_MEASURED})
+    writers.log_batch(client, run.info.run_id, writers.metrics({names.M_OBJECTIVE: 2.0, names.M_TTA: 2.0}))
     client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
     client.set_terminated(run.info.run_id)
     return run.info.run_id

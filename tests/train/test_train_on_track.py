@@ -17,7 +17,7 @@ import re
 import yaml
 from mlflow.tracking import MlflowClient
 
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track.trajectory import curve_of
 
 RECIPE = dict(workload="digits", target_accuracy=0.9, max_train_seconds=120, epochs=40, eval_every_epochs=0.25,
@@ -38,7 +38,7 @@ def test_train_says_behind_or_ahead_of_its_prediction_at_each_checkpoint_and_rec
     first = run_cli("train", "--config", str(plain), "--tracking-uri", uri)
     assert first.returncode == 0, first.stderr
     run_id = logged_run(first)
-    tta = client.get_run(run_id).data.metrics[layout.M_TTA]
+    tta = client.get_run(run_id).data.metrics[names.M_TTA]
     curve = curve_of(client, run_id, "val_accuracy")
     assert len(curve) >= 4 and curve[-1][0] == tta
 
@@ -64,8 +64,8 @@ def test_train_says_behind_or_ahead_of_its_prediction_at_each_checkpoint_and_rec
         assert prediction["verdict"] == verdict and prediction["measured_tta_seconds"] == result["tta_seconds"]
         assert prediction["tta_over_prediction"] == result["tta_seconds"] / predicted
         run = client.get_run(logged_run(proc))
-        assert run.data.tags[layout.TAG_PREDICTION_VERDICT] == verdict
-        assert run.data.tags[layout.TAG_PREDICTION_SOURCE] == "confirmation"
-        assert run.data.metrics[layout.M_PREDICTION_TTA] == predicted
+        assert run.data.tags[names.TAG_PREDICTION_VERDICT] == verdict
+        assert run.data.tags[names.TAG_PREDICTION_SOURCE] == "confirmation"
+        assert run.data.metrics[names.M_PREDICTION_TTA] == predicted
         assert set(run.data.metrics) >= {"pace_over_prediction_10pct", "pace_over_prediction_25pct",
-                                         "pace_over_prediction_50pct", layout.M_TTA_OVER_PREDICTION}
+                                         "pace_over_prediction_50pct", names.M_TTA_OVER_PREDICTION}

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autospeed.show import leaderboard
 from autospeed.show.report.data import SearchData, collect, experiment_dir
 from autospeed.show.report.figures import (
     plot_ablation,
@@ -36,8 +37,7 @@ from autospeed.show.report.figures import (
     plot_tta,
 )
 from autospeed.show.report.page import render_html
-from autospeed.track import layout
-from autospeed.track import runs as res
+from autospeed.track import names
 from autospeed.yamlio import write_atomic
 
 REPORT_ARTIFACT_DIR = "report"
@@ -91,7 +91,7 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
         figures["confirm"] = (plot_confirm(d, out / "confirm.png"),
                               "Confirmation runs: median TTA with min and max over repeats with new seeds")
     if d.ablation:
-        confirmed_speedup = d.parent.data.metrics.get(layout.M_CONFIRM_SPEEDUP)
+        confirmed_speedup = d.parent.data.metrics.get(names.M_CONFIRM_SPEEDUP)
         figures["ablation"] = (plot_ablation(d, confirmed_speedup, out / "ablation.png"),
                                "Why it is faster: the winner re-timed with each knob that differs from the baseline "
                                "set back to the baseline's value, one at a time, in fresh processes beside the winner "
@@ -105,4 +105,4 @@ def write_report(client, name: str, out: str | os.PathLike | None = None, *,
     if log_to_mlflow:
         for p in [html_path, *paths]:
             client.log_artifact(d.parent.info.run_id, str(p), REPORT_ARTIFACT_DIR)
-    return Report(html_path, paths, res.format_leaderboard(d.rows), d.notes)
+    return Report(html_path, paths, leaderboard.table(d.rows), d.notes)

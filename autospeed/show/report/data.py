@@ -12,7 +12,7 @@ from typing import Any
 from autospeed.outcome import median_tta
 from autospeed.predict import predict_tta
 from autospeed.recipe import ACCURACY, Target, target_from
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track import runs as res
 
 
@@ -83,13 +83,13 @@ class ProbeRow:
 def probe_rows(children: list) -> list[ProbeRow]:
     rows = []
     for run in children:
-        if run.data.tags.get(layout.TAG_KIND) != layout.KIND_PROBE:
+        if run.data.tags.get(names.TAG_KIND) != names.KIND_PROBE:
             continue
         params = run.data.params
         config = " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "batch_size") or "baseline"
         rows.append(ProbeRow(config, int(params.get("batch_size", 0)),
-                             run.data.metrics.get(layout.M_SAMPLES_PER_SECOND),
-                             run.data.metrics.get(layout.M_OOM) == 1.0))
+                             run.data.metrics.get(names.M_SAMPLES_PER_SECOND),
+                             run.data.metrics.get(names.M_OOM) == 1.0))
     return sorted(rows, key=lambda r: (r.config, r.batch_size))
 
 
@@ -159,7 +159,7 @@ def curve(client, run_id: str, metric: str = ACCURACY) -> Curve:
     """`metric` against train_seconds, aligned by step (both are logged at each evaluation's
     step), of the run's last attempt."""
     acc = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, metric))}
-    secs = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, layout.M_TRAIN_SECONDS))}
+    secs = {m.step: m.value for m in _last_attempt(client.get_metric_history(run_id, names.M_TRAIN_SECONDS))}
     steps = sorted(set(acc) & set(secs))
     return Curve([secs[s] for s in steps], [acc[s] for s in steps])
 
@@ -170,7 +170,7 @@ def experiment_dir(parent, searches: Path | None, search_id: str) -> Path | None
     the parent run (None if it recorded none)."""
     if searches is not None:
         return searches / search_id
-    recorded = parent.data.tags.get(layout.TAG_EXPERIMENT_DIR)
+    recorded = parent.data.tags.get(names.TAG_EXPERIMENT_DIR)
     return Path(recorded) if recorded else None
 
 
@@ -222,24 +222,24 @@ def _float_param(rows: list[res.TrialRow], parent, key: str, parent_key: str) ->
 def collect(client, name: str, searches: Path | None = None) -> SearchData:
     """Search `name` read back; `searches`: where its folders are, if not where the parent run recorded."""
     parent = res.find_parent(client, name)
-    search_id = parent.data.tags.get(layout.TAG_SEARCH_ID, "")
+    search_id = parent.data.tags.get(names.TAG_SEARCH_ID, "")
     children = res.child_runs(client, parent)
     rows = res.trial_rows(client, parent, runs=children)
-    names = {run.info.run_id: run.info.run_name for run in children}
+    run_names = {run.info.run_id: run.info.run_name for run in children}
     target = _search_target(rows, parent)
     curves = {r.run_id: curve(client, r.run_id, target.metric) for r in rows}
     extrapolations = {r.run_id: x for r in rows if (x := extrapolation(r, curves[r.run_id])) is not None}
     by_recipe: dict[tuple[str, bool], list[float | None]] = {}
     # An extended search confirmed again: only the latest confirmation's runs count.
-    latest = parent.data.metrics.get(layout.M_CONFIRM_TRIALS)
+    latest = parent.data.metrics.get(names.M_CONFIRM_TRIALS)
     confirms = [run for run in children if latest is None
-                or run.data.tags.get(layout.TAG_CONFIRM_TRIALS) == str(int(latest))]
+                or run.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(latest))]
     base = res.baseline_of(rows)  # its trial is its first confirmation sample when confirm.py carried it
-    if base is not None and parent.data.tags.get(layout.TAG_CONFIRM_CARRIED) == base.trial_id:
+    if base is not None and parent.data.tags.get(names.TAG_CONFIRM_CARRIED) == base.trial_id:
         by_recipe[(base.trial_id, True)] = [base.tta_seconds if base.reached else None]
-    for r in res.trial_rows(client, parent, kind=layout.KIND_CONFIRM, runs=confirms):
+    for r in res.trial_rows(client, parent, kind=names.KIND_CONFIRM, runs=confirms):
         by_recipe.setdefault((r.trial_id, r.baseline), []).append(r.tta_seconds if r.reached else None)
-    trial_names = {r.trial_id: names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id
+    trial_names = {r.trial_id: run_names.get(r.run_id) for r in rows}  # the UI names confirm runs by trial id
     confirmed = [Confirmed("baseline" if b else f"{trial_names.get(tid) or 'trial'} ({tid})", b, ttas)
                  for (tid, b), ttas in by_recipe.items()]
     confirmed.sort(key=lambda c: c.median if c.median is not None else math.inf)
@@ -258,8 +258,8 @@ def collect(client, name: str, searches: Path | None = None) -> SearchData:
         name=name, search_id=search_id, parent=parent, rows=rows, curves=curves, confirmed=confirmed,
         target=target.value, target_metric=target.metric, target_mode=target.mode,
         max_train_seconds=_float_param(rows, parent, "max_train_seconds", "budget.max_train_seconds"),
-        importances=imp, environment=env, run_names=names, notes=[why] if why else [],
-        probes=probe_rows(children), probe_fixed=parent.data.tags.get(layout.TAG_PROBE_FIXED),
-        ablation=json.loads(parent.data.tags.get(layout.TAG_ABLATION) or "{}"), extrapolations=extrapolations)
+        importances=imp, environment=env, run_names=run_names, notes=[why] if why else [],
+        probes=probe_rows(children), probe_fixed=parent.data.tags.get(names.TAG_PROBE_FIXED),
+        ablation=json.loads(parent.data.tags.get(names.TAG_ABLATION) or "{}"), extrapolations=extrapolations)
 
 

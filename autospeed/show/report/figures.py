@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autospeed.outcome import Status
+from autospeed.show import leaderboard
 from autospeed.show.report.data import SearchData
 from autospeed.track import runs as res
 from autospeed.yamlio import atomic_path
@@ -90,7 +91,7 @@ def plot_tta(d: SearchData, path: Path) -> Path:
             bar.set_hatch("//")
             bar.set_alpha(0.55)
         text = f"{w:.2f} s" if r.reached else f"{r.status} at {w:.2f} s" + (
-            f", predicted TTA {res.tta_text(r)}" if r.predicted else "")
+            f", predicted TTA {leaderboard.tta_text(r)}" if r.predicted else "")
         ax.text(w, bar.get_y() + bar.get_height() / 2, f" {text}", va="center", fontsize=8)
     base = d.baseline
     if base is not None and base.reached:
@@ -133,7 +134,7 @@ def plot_predicted(d: SearchData, path: Path, labelled: int = 10) -> Path:
     for i, r in enumerate(predicted):
         c, x = d.curves[r.run_id], d.extrapolations[r.run_id]
         colour = colours(i % 10)
-        name = f"{d.label(r)}: {res.tta_text(r)}" if i < labelled else None
+        name = f"{d.label(r)}: {leaderboard.tta_text(r)}" if i < labelled else None
         ax.plot(c.train_seconds, c.values, color=colour, lw=1.6, marker="o", ms=3, label=name,
                 ls="-", zorder=4)
         ax.plot(x.train_seconds, x.values, color=colour, lw=1.4, ls="--", zorder=4)

@@ -8,9 +8,10 @@ import html
 import time
 from pathlib import Path
 
+from autospeed.show.leaderboard import knobs_text, placement_note, short_node, speedup_text, tta_cell, tta_text
 from autospeed.show.report.data import SearchData
 from autospeed.show.report.figures import STATUS_COLOURS
-from autospeed.track import layout
+from autospeed.track import names
 from autospeed.track import runs as res
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}
@@ -36,30 +37,30 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
     winner = d.winner
     counts = ", ".join(f"{k.removeprefix('trials_')} {v}" for k, v in summary.items()
                        if k.startswith("trials_") and k != "trials_total")
-    cards = [("best TTA (search, 1 run)", _fmt(summary[layout.M_BEST_TTA], " s")),
-             ("baseline TTA (1 run)", _fmt(summary[layout.M_BASELINE_TTA], " s")),
-             ("speed-up (search)", _fmt(summary[layout.M_SPEEDUP], "x")),
+    cards = [("best TTA (search, 1 run)", _fmt(summary[names.M_BEST_TTA], " s")),
+             ("baseline TTA (1 run)", _fmt(summary[names.M_BASELINE_TTA], " s")),
+             ("speed-up (search)", _fmt(summary[names.M_SPEEDUP], "x")),
              ("trials", f"{summary['trials_total']}")]
     if d.predicted:  # predictions get cards of their own, named so: never in a measured card
         first = next(r for r in res.ranked(d.rows) if r.predicted)
-        if summary[layout.M_BEST_TTA] is None:
-            cards.insert(1, ("best TTA (predicted)", res.tta_text(first)))
+        if summary[names.M_BEST_TTA] is None:
+            cards.insert(1, ("best TTA (predicted)", tta_text(first)))
         if d.baseline is not None and d.baseline.predicted:
-            cards.insert(-1, ("baseline TTA (predicted)", res.tta_text(d.baseline)))
+            cards.insert(-1, ("baseline TTA (predicted)", tta_text(d.baseline)))
         top = res.ranked(d.rows)[0]
         if res.predicted_speedup(d.baseline, top):
-            cards.insert(-1, ("speed-up (search, predicted)", res.speedup_text(d.baseline, top)))
-    if layout.M_CONFIRM_MEDIAN in m:
-        low, high = m.get(layout.M_CONFIRM_SPEEDUP_CI_LOW), m.get(layout.M_CONFIRM_SPEEDUP_CI_HIGH)
+            cards.insert(-1, ("speed-up (search, predicted)", speedup_text(d.baseline, top)))
+    if names.M_CONFIRM_MEDIAN in m:
+        low, high = m.get(names.M_CONFIRM_SPEEDUP_CI_LOW), m.get(names.M_CONFIRM_SPEEDUP_CI_HIGH)
         interval = (f"{low:.2f}x to {high:.2f}x" if low is not None and high is not None else
-                    "too few repeats for an interval" if m.get(layout.M_CONFIRM_REPEATS, 0) < 3 else "none")
-        cards += [("confirmed median TTA", _fmt(m.get(layout.M_CONFIRM_MEDIAN), " s")),
-                  ("confirmed speed-up (train clock)", _fmt(m.get(layout.M_CONFIRM_SPEEDUP), "x")),
+                    "too few repeats for an interval" if m.get(names.M_CONFIRM_REPEATS, 0) < 3 else "none")
+        cards += [("confirmed median TTA", _fmt(m.get(names.M_CONFIRM_MEDIAN), " s")),
+                  ("confirmed speed-up (train clock)", _fmt(m.get(names.M_CONFIRM_SPEEDUP), "x")),
                   ("its 90% interval", interval),
-                  ("speed-up on the wall to target", _fmt(m.get(layout.M_CONFIRM_WALL_SPEEDUP), "x"))]
+                  ("speed-up on the wall to target", _fmt(m.get(names.M_CONFIRM_WALL_SPEEDUP), "x"))]
     env = d.environment
     where = ", ".join(f"{k} {env[k]}" for k in ("device_name", "cpu_count", "torch", "cuda", "autospeed") if k in env)
-    placement = res.placement_note(d.rows)
+    placement = placement_note(d.rows)
     if placement:
         where += " (the best trial's)"
     nodes, devices = res.placement(d.rows)
@@ -74,21 +75,22 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
            f"(evaluation off the clock). Measured on: {e(where or 'unknown')}.</p>",
            *([f"<p class='note' id='predicted'>~ marks a predicted TTA, not a measurement: where a trial's "
               f"evaluation curve, extrapolated, meets the target, with its 80% interval in brackets "
-              f"(e.g. {e(res.tta_text(next(r for r in res.ranked(d.rows) if r.predicted)))}); a speed-up with a "
+              f"(e.g. {e(tta_text(next(r for r in res.ranked(d.rows) if r.predicted)))}); a speed-up with a "
               f"predicted side is predicted too. Confirmation measures the winner.</p>"] if d.predicted else []),
            *([f"<p class='note' id='placement'>Note: {e(placement)}.</p>"] if placement else []),
            "<div class='cards'>" + "".join(f"<div class='card'>{e(k)}<b>{e(v)}</b></div>" for k, v in cards)
            + "</div>",
            f"<p>Trial outcomes: {e(counts or 'none')}.</p>"]
     if winner is not None:
-        out.append(f"<p>Winner: <b>{e(d.label(winner))} (trial {e(winner.trial_id)})</b> with {e(winner.knobs())}.</p>")
+        out.append(f"<p>Winner: <b>{e(d.label(winner))} (trial {e(winner.trial_id)})</b> with "
+                   f"{e(knobs_text(winner))}.</p>")
     elif d.predicted:
         best = next(r for r in res.ranked(d.rows) if r.predicted)
         out.append(f"<p class='note'>No trial reached the target within its budget. Best predicted: "
-                   f"<b>{e(d.label(best))} (trial {e(best.trial_id)})</b>, TTA {e(res.tta_text(best))} (predicted), "
-                   + (f"{e(sp)} over the baseline, " if (sp := res.speedup_text(d.baseline, best, long=True)) != "-"
+                   f"<b>{e(d.label(best))} (trial {e(best.trial_id)})</b>, TTA {e(tta_text(best))} (predicted), "
+                   + (f"{e(sp)} over the baseline, " if (sp := speedup_text(d.baseline, best, long=True)) != "-"
                       else "no speed-up (the baseline has no TTA), ") + f"with "
-                   f"{e(best.knobs())}.</p>")
+                   f"{e(knobs_text(best))}.</p>")
     else:
         out.append("<p class='note'>No trial reached the target: raise budget.max_train_seconds or loosen "
                    "the target and search again.</p>")
@@ -114,12 +116,12 @@ def render_html(d: SearchData, figures: dict[str, tuple[Path, str]]) -> str:
     for i, r in enumerate(res.ranked(d.rows), 1):
         out.append(f"<tr><td>{i}</td><td>{e(d.label(r))}</td><td>{e(r.trial_id)}</td>"
                    f"<td style='color:{STATUS_COLOURS.get(r.status, '#777')}'>{e(r.status)}</td>"
-                   f"<td>{e(res.tta_cell(r))}</td>"
+                   f"<td>{e(tta_cell(r))}</td>"
                    f"<td>{'-' if r.best_value is None else f'{r.best_value:.4f}'}</td>"
-                   f"<td>{e(res.speedup_text(base_row, r))}</td>"
-                   + (f"<td>{e(res.short_node(r.node) if r.node else '-')}</td>" if len(nodes) > 1 else "")
+                   f"<td>{e(speedup_text(base_row, r))}</td>"
+                   + (f"<td>{e(short_node(r.node) if r.node else '-')}</td>" if len(nodes) > 1 else "")
                    + (f"<td>{e(r.device or '-')}</td>" if len(devices) > 1 else "")
-                   + f"<td>{e(r.knobs())}</td></tr>")
+                   + f"<td>{e(knobs_text(r))}</td></tr>")
     out.append("</table>")
     for note in d.notes:
         out.append(f"<p class='note'>Note: {e(note)}</p>")

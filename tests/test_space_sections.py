@@ -1,5 +1,6 @@
-"""Bad `predict:` input (and the long-job confirm fields) in a search-space file: `autospeed validate` exits 2
-with one line naming the key; the shipped long.yaml validates."""
+"""The sections of a search-space file (space_sections.py): bad `predict:` input (and the long-job confirm fields)
+makes `autospeed validate` exit 2 with one line naming the key; the shipped long.yaml validates; the neutrality
+check's defaults and bounds."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 import yaml
 
 from autospeed.cli import main
+from autospeed.errors import UserError
+from autospeed.space import spec_from_dict
 
 SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 
@@ -80,3 +83,11 @@ def test_the_same_space_without_the_mistakes_validates(tmp_path, capsys):
 
 def test_the_shipped_long_space_validates(capsys):
     assert main(["validate", "--space", str(SPACES / "long.yaml")]) == 0, capsys.readouterr().err
+
+
+def test_the_neutrality_check_is_off_by_default_and_a_trace_of_one_point_names_its_key():
+    assert spec_from_dict(space_with(), "space.yaml").probe.neutrality.enabled is False
+    data = {**space_with(), "probe": {"neutrality": {"enabled": True, "steps": 30}}}
+    with pytest.raises(UserError, match=r"space.yaml: key 'probe.neutrality': steps \(30\) must be at least 2 x "
+                                        r"window_steps \(20\).*raise steps or lower window_steps"):
+        spec_from_dict(data, "space.yaml")
