@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from autospeed.track import names
 
-# Lines the search prints as it enters each phase (search/confirm.py, search/ablation.py, confirm_text.py): the
+# Lines the search prints as it enters each phase (search/confirm_text.py, search/ablation.py): the
 # last one a killed run printed says where the kill landed.
 PHASES = (("confirming ", "confirmation"), ("ablation: the winner with each of", "ablation"),
           ("confirmation compute:", "export and close"))

@@ -36,8 +36,11 @@ from typing import Any
 import pydantic
 
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import SEED_OFFSET, Candidate, describe, train_and_log
+from autospeed.search.confirm import confirm_seed, sample
 from autospeed.search.confirm_ledger import RunLedger
+from autospeed.search.confirm_stats import Candidate
+from autospeed.search.confirm_text import describe
+from autospeed.search.session import SearchSession
 from autospeed.space import SearchSpec
 from autospeed.track import names, writers
 
@@ -129,14 +132,14 @@ def variants(winner: Candidate, baseline: Recipe) -> tuple[list[Ablated], list[s
     return out, notes
 
 
-def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candidate, baseline: Recipe,
-                 speedup: float | None, trials_total: int, console=sys.stdout,
-                 ledger: RunLedger | None = None) -> list[Ablated] | None:
+def run_ablation(session: SearchSession, spec: SearchSpec, winner: Candidate, baseline: Recipe,
+                 speedup: float | None, ledger: RunLedger | None = None) -> list[Ablated] | None:
     """Train the ablation's rounds of the confirmed `winner` against the `baseline` recipe, log them, tag the
-    parent; `speedup` is the confirmed one, which the shares divide. `ledger`: the search's (its journal, the runs
-    an earlier session finished); None: one of its own, writing straight to the store. A Ctrl-C ends it early
-    (the confirmation stands): the run in flight is marked KILLED, the finished ones are kept for the next try,
-    and None is returned."""
+    parent; `speedup` is the confirmed one, which the shares divide. `ledger`: the search's (the runs an earlier
+    session finished); None: one of its own, over the session's outbox. A Ctrl-C ends it early (the confirmation
+    stands): the run in flight is marked KILLED, the finished ones are kept for the next try, and None is
+    returned."""
+    console = session.console
     ablated, notes = variants(winner, baseline)
     for note in notes:
         print(f"ablation: {note}", file=console, flush=True)
@@ -148,33 +151,25 @@ def run_ablation(client, spec: SearchSpec, parent, search_id: str, winner: Candi
     print(f"\nablation: the winner with each of {len(ablated)} knob(s) set back to the baseline's value "
           f"({', '.join(a.knob for a in ablated)}), {rounds} interleaved rounds with the winner itself, "
           f"each run in a fresh process ({total} runs)", file=console, flush=True)
-    if ledger is None:
-        ledger = RunLedger(client, parent, search_id, trials_total, console=console)
+    ledger = ledger if ledger is not None else RunLedger(session)
     done = 0
     try:
         for r in range(rounds):
-            for c in order:
-                seed = winner.recipe.seed + SEED_OFFSET + r  # the same seeds in every variant
+            for c in order:  # the same seeds in every variant
                 knob = c.name.removeprefix("without ") if c is not reference else "none"
-                kept = result = ledger.kept_result(names.KIND_ABLATION, c.trial_id, r, knob)
-                if kept is not None:
-                    c.record(kept)
-                else:
-                    ledger.watch("the ablation")
-                    result = train_and_log(ledger, c, r, seed, names.KIND_ABLATION, spec,
-                                           {names.TAG_ABLATION_KNOB: knob})
+                result, kept = sample(ledger, c, r, spec, knob)
                 done += 1
-                print(f"  [{done}/{total}] ablation {c.label} (seed {seed}): {describe(result)}"
-                      + (" (finished before the resume: kept)" if kept is not None else ""), file=console, flush=True)
+                print(f"  [{done}/{total}] ablation {c.label} (seed {confirm_seed(c, r)}): {describe(result)}"
+                      + (" (finished before the resume: kept)" if kept else ""), file=console, flush=True)
     except KeyboardInterrupt:
         print("\nablation interrupted: the confirmation stands; the finished ablation runs are kept, and a resume "
               "trains only the rest", file=sys.stderr)
         return None
     record = {a.knob: a.as_dict(speedup) for a in ablated}
-    writers.log_batch(ledger.out, parent.info.run_id,
-                tags={names.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
+    writers.log_batch(ledger.out, session.parent_id,
+                     tags={names.TAG_ABLATION: json.dumps(record, sort_keys=True, default=str)})
     text = format_ablation(ablated, speedup)
-    ledger.out.log_text(parent.info.run_id, text, "ablation.txt")
+    ledger.out.log_text(session.parent_id, text, "ablation.txt")
     print(text, file=console, flush=True)
     return ablated
 
@@ -229,12 +224,12 @@ def explain(client, name: str, storage_path: str | None = None, repeats: int | N
             "or its baseline is not among its trials"
         raise RunFailure(f"search '{name}': its confirmed winner {what}; nothing to explain")
     budget = spec.confirm.max_train_seconds
-    if budget is not None:  # the confirmation runs' production budget, as in run_confirmation
+    if budget is not None:  # the confirmation runs' production budget, as confirm._to_confirm sets it
         winner.recipe = winner.recipe.model_copy(update={"max_train_seconds": budget})
     if repeats is not None:
         spec = spec.model_copy(update={"confirm": spec.confirm.model_copy(update={"repeats": repeats})})
-    ablated = run_ablation(client, spec, parent, state.get("search_id", ""), winner, baseline.recipe, speedup,
-                           len(res.trial_rows(client, parent)), console)
+    session = SearchSession.direct(client, parent, state.get("search_id", ""), folder, console)
+    ablated = run_ablation(session, spec, winner, baseline.recipe, speedup)
     if ablated is None:
         raise Interrupted("autospeed explain interrupted: no ablation is recorded yet; run it again: it trains only "
                           "the runs that did not finish")

@@ -37,27 +37,18 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import tempfile
-from dataclasses import dataclass, field
 
 from autospeed._ray import stop_ray
-from autospeed.outcome import (
-    REMEASURE_RUNS,
-    Status,
-    interval_note,
-    is_infeasible,
-    median_tta,
-    remeasure_interval,
-    sequential_confidence,
-    speedup_interval,
-)
+from autospeed.outcome import is_infeasible, sequential_confidence
 from autospeed.recipe import Recipe, load_recipe
 from autospeed.run_recipe import train_in_fresh_process
 from autospeed.script.options import is_script
-from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest, plan_text
-from autospeed.search.confirm_ledger import RunLedger
-from autospeed.search.confirm_text import CONFIDENCE, compute_line, describe, format_confirmation, format_interval  # noqa: F401
+from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest
+from autospeed.search.confirm_ledger import NO_KNOB, RunLedger
+from autospeed.search.confirm_stats import CONFIDENCE, Candidate, ConfirmOutcome, confirm_rounds, decide
+from autospeed.search.confirm_text import describe, format_confirmation, opening_line, planned_runs
+from autospeed.search.session import SearchSession
 from autospeed.space import SearchSpec
 from autospeed.track import names, writers
 from autospeed.track import runs as res
@@ -65,129 +56,6 @@ from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predictin
 from autospeed.track.store import interrupts_held
 
 SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
-
-
-@dataclass
-class Candidate:
-    """One recipe under confirmation and its repeated runs (TTA None: target not reached)."""
-
-    trial_id: str
-    baseline: bool
-    search_tta_seconds: float | None
-    recipe: Recipe
-    ttas: list[float | None] = field(default_factory=list)
-    walls: list[float | None] = field(default_factory=list)  # wall to target: process start to the target
-    samples_per_second: list[float] = field(default_factory=list)
-    name: str | None = None  # shown instead of the trial id (ablation: "without batch_size")
-    train_seconds: list[float] = field(default_factory=list)  # train clock of each run: what it cost
-    # (seconds, low, high) of a trial that did not reach but was predicted (autospeed.predict)
-    search_predicted: tuple[float, float | None, float | None] | None = None
-    run_id: str | None = None  # the trial's MLflow run: a compiled winner's compile cache is logged on it
-    search_seconds: float | None = None  # train seconds its trial spent (search/confirm_fewest.py's bound)
-    not_run: str | None = None  # confirm.runs fewest or one: why it was not trained
-
-    @property
-    def label(self) -> str:
-        return self.name or ("baseline" if self.baseline else self.trial_id)
-
-    @property
-    def median(self) -> float | None:
-        """Median TTA, a run that missed the target counting as infinitely slow; None if that is the median."""
-        return median_tta(self.ttas)
-
-    @property
-    def wall_median(self) -> float | None:
-        return median_tta(self.walls)
-
-    @property
-    def reached(self) -> list[float]:
-        return [x for x in self.ttas if x is not None]
-
-    def record(self, result) -> None:
-        reached = result.status == Status.REACHED
-        self.ttas.append(result.tta_seconds if reached else None)
-        self.walls.append(getattr(result, "wall_to_target_seconds", None) if reached else None)
-        self.samples_per_second.append(result.samples_per_second)
-        self.train_seconds.append(result.train_seconds)
-
-
-@dataclass
-class ConfirmOutcome:
-    candidates: list[Candidate]
-    repeats: int
-    winner: Candidate | None
-    baseline: Candidate | None
-    confidence: float = CONFIDENCE  # per-look level of the intervals (sequential repeats: above 0.9)
-    ablation: list = field(default_factory=list)  # ablation.Ablated, when confirm.ablation ran
-    ablation_interrupted: bool = False
-    # confirm.baseline_tta_seconds: the baseline's TTA given, not re-run (`baseline` then only holds its recipe)
-    baseline_given_seconds: float | None = None
-    baseline_note: str = ""
-    compile_cache: str = names.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
-    runs_mode: str = ROUNDS  # confirm.runs as it applied: rounds, fewest or one (search/confirm_fewest.py)
-
-    @property
-    def baseline_tta_seconds(self) -> float | None:
-        """The baseline's median TTA: the given number, else its confirmation runs' median."""
-        if self.baseline_given_seconds is not None:
-            return self.baseline_given_seconds
-        return self.baseline.median if self.baseline is not None else None
-
-    @property
-    def speedup(self) -> float | None:
-        base = self.baseline_tta_seconds
-        if not self.winner or not self.winner.median or not base:
-            return None
-        return base / self.winner.median
-
-    @property
-    def speedup_range(self) -> tuple[float | None, float | None]:
-        """Given baseline: given / the winner's slowest reached run .. given / its fastest (no interval)."""
-        given, w = self.baseline_given_seconds, self.winner
-        return (given / max(w.reached), given / min(w.reached)) if given and w and w.reached else (None, None)
-
-    @property
-    def wall_speedup(self) -> float | None:
-        """The same ratio on wall to target (process start to target): what a production process sees."""
-        if self.baseline_given_seconds is not None:  # a given train-clock TTA says nothing of the wall
-            return None
-        if not self.winner or not self.baseline or not self.winner.wall_median or not self.baseline.wall_median:
-            return None
-        return self.baseline.wall_median / self.winner.wall_median
-
-    @property
-    def speedup_interval(self) -> tuple[float | None, float | None]:
-        """90% interval of the winner's speed-up over the seeds (None, None with too few runs, or a given
-        baseline)."""
-        if not self.winner or not self.baseline or self.speedup is None or self.baseline_given_seconds is not None:
-            return None, None
-        return speedup_interval(self.baseline.ttas, self.winner.ttas, self.confidence)
-
-    @property
-    def remeasure_interval(self) -> tuple[float | None, float | None]:
-        """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction)."""
-        if not self.winner or not self.baseline or self.speedup is None or self.baseline_given_seconds is not None:
-            return None, None
-        return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE)
-
-    @property
-    def interval_note(self) -> str | None:
-        """Why there is no interval (a given baseline, too few repeats, too many missed targets), else None."""
-        if self.baseline_given_seconds is not None:
-            return f"baseline TTA given ({self.baseline_note}), not measured here: no interval"
-        if not self.winner or not self.baseline:
-            return None
-        return interval_note(self.baseline.ttas, self.winner.ttas, self.confidence)
-
-    @property
-    def compute_seconds(self) -> float:
-        """Train-clock seconds of every confirmation run (missed targets at their whole budget)."""
-        return sum(sum(c.train_seconds) for c in self.candidates)
-
-    @property
-    def compute_baseline_runs(self) -> float | None:
-        """compute_seconds in baseline runs (/ the baseline's median TTA, measured or given)."""
-        return self.compute_seconds / self.baseline_tta_seconds if self.baseline_tta_seconds else None
 
 
 def _trial_recipe(client, run_id: str) -> Recipe:
@@ -236,65 +104,34 @@ def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: st
     return train_in_fresh_process(recipe, threads, compile_cache_to, compile_cache=spec.confirm.compile_cache)
 
 
-def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: str, console=sys.stdout,
-                     repeats: int | None = None, top_k: int | None = None,
+def run_confirmation(session: SearchSession, spec: SearchSpec,
                      ledger: RunLedger | None = None) -> ConfirmOutcome | None:
     """Re-run the best recipes and the baseline, interleaved, each in a fresh process; log them; set the
     parent's confirm_* results. None when there is nothing to confirm. (The ablation follows: run.py.)
     `ledger`: where the runs are written and what an earlier session finished (the search's, writing through its
-    journal); None: one of its own, writing straight to the store."""
-    repeats = spec.confirm.repeats if repeats is None else repeats
-    mode = spec.confirm.runs_mode  # rounds, or a long job's fewest or one (search/confirm_fewest.py)
-    top_k = 1 if mode == ONE else spec.confirm.top_k if top_k is None else top_k
+    journal); None: one of its own, over the session's outbox."""
+    repeats, mode = spec.confirm.repeats, spec.confirm.runs_mode  # rounds, or a long job's fewest or one
     if repeats <= 0:
         return None
-    parent = client.get_run(parent_run_id)
-    candidates = pick_candidates(client, parent, top_k)
+    parent = session.client.get_run(session.parent_id)
+    candidates, base = _to_confirm(session.client, parent, spec)
     if not any(not c.baseline for c in candidates):
         return None
-    budget, given = spec.confirm.max_train_seconds, spec.confirm.baseline_tta_seconds
-    if budget is not None:  # a production run to the real target; epochs stay the recipe's
-        for c in candidates:
-            c.recipe = c.recipe.model_copy(update={"max_train_seconds": budget})
-    base = next((c for c in candidates if c.baseline), None)
-    if given is not None:  # known from production: not re-run (its recipe stays, for the ablation)
-        candidates = [c for c in candidates if not c.baseline]
-    trials_total = len(res.trial_rows(client, parent))
+    trials_total = len(res.trial_rows(session.client, parent))
     stop_ray()
     max_repeats = max(repeats, spec.confirm.max_repeats)
     confidence = sequential_confidence(repeats, max_repeats, CONFIDENCE)
-    total = repeats * len(candidates)
-    more = (f", up to {max_repeats} while the winner is not separated (each look at {confidence:.1%}, so the "
-            f"reported interval keeps {CONFIDENCE:.0%} wherever it stops)") if max_repeats > repeats else ""
-    of_total = f"{total}+" if more else f"{total}" if mode == ROUNDS else f"<={len(candidates)}"
-    against = (f"against the baseline's given TTA, {given:g} s ({spec.confirm.baseline_tta_note}), not re-run"
-               if given is not None else "and the baseline")
-    with_budget = f", a {budget:g} s train budget" if budget is not None else ""
-    compiling = "" if all(c.recipe.compile == "none" for c in candidates) else (
-        " compiling from an empty inductor cache of its own (confirm.compile_cache: cold)"
-        if spec.confirm.compile_cache == "cold" else " compiling from this machine's inductor cache (warm)")
-    plan = (f"{repeats} interleaved repeats each{more}" if mode == ROUNDS else plan_text(mode, len(candidates)))
-    print(f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) {against}: "
-          f"{plan}, new seeds{with_budget}, each run in a fresh process{compiling} ({of_total} runs)",
-          file=console, flush=True)
-    done = 0
+    print(opening_line(candidates, spec.confirm, confidence), file=session.console, flush=True)
+    of_total, done = planned_runs(spec.confirm, len(candidates)), 0
     caches = tempfile.TemporaryDirectory(prefix="autospeed-compile-cache-")  # each candidate's latest run's
-    if ledger is None:
-        ledger = RunLedger(client, parent, search_id, trials_total, console=console)
+    ledger = ledger if ledger is not None else RunLedger(session, trials_total)
 
     def run_once(r: int, i: int, c: Candidate) -> None:
         nonlocal done
-        seed = c.recipe.seed + SEED_OFFSET + r
-        kept = result = ledger.kept_result(names.KIND_CONFIRM, c.trial_id, r)
-        if kept is not None:
-            c.record(kept)
-        else:
-            ledger.watch("confirmation")
-            result = train_and_log(ledger, c, r, seed, names.KIND_CONFIRM, spec,
-                                   compile_cache_to=_cache_file(caches.name, i, c))
+        result, kept = sample(ledger, c, r, spec, compile_cache_to=_cache_file(caches.name, i, c))
         done += 1
-        print(f"  [{done}/{of_total}] confirm {c.label} (seed {seed}): {describe(result)}"
-              + (" (finished before the resume: kept)" if kept is not None else ""), file=console, flush=True)
+        print(f"  [{done}/{of_total}] confirm {c.label} (seed {confirm_seed(c, r)}): {describe(result)}"
+              + (" (finished before the resume: kept)" if kept else ""), file=session.console, flush=True)
 
     def run_round(r: int) -> None:
         for i, c in enumerate(candidates):
@@ -306,14 +143,30 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
         else:  # a long job: each candidate at most once, only while it could still win
             confirm_fewest(candidates, lambda c: run_once(0, candidates.index(c), c), mode)
             repeats = 1
-        outcome = _decide(candidates, repeats, confidence, baseline=base, given_seconds=given,
-                          given_note=spec.confirm.baseline_tta_note)
+        outcome = decide(candidates, repeats, confidence, baseline=base,
+                         given_seconds=spec.confirm.baseline_tta_seconds, given_note=spec.confirm.baseline_tta_note)
         outcome.compile_cache, outcome.runs_mode = spec.confirm.compile_cache, mode
-        _log_parent(ledger.out, parent_run_id, outcome, trials_total)
+        _log_parent(ledger.out, session.parent_id, outcome, trials_total)
         if outcome.winner is not None:
             _log_compile_cache(ledger.out, outcome.winner,
-                               _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner), console)
+                               _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner),
+                               session.console)
     return outcome
+
+
+def _to_confirm(client, parent, spec: SearchSpec) -> tuple[list[Candidate], Candidate | None]:
+    """The candidates confirmation trains (pick_candidates; with confirm.max_train_seconds, each at that production
+    budget) and the baseline's candidate, which is not among them when its TTA is given (it is not re-run; its
+    recipe stays, for the ablation)."""
+    candidates = pick_candidates(client, parent, 1 if spec.confirm.runs_mode == ONE else spec.confirm.top_k)
+    budget = spec.confirm.max_train_seconds
+    if budget is not None:  # a production run to the real target; epochs stay the recipe's
+        for c in candidates:
+            c.recipe = c.recipe.model_copy(update={"max_train_seconds": budget})
+    base = next((c for c in candidates if c.baseline), None)
+    if spec.confirm.baseline_tta_seconds is not None:  # known from production: not re-run
+        candidates = [c for c in candidates if not c.baseline]
+    return candidates, base
 
 
 def _cache_file(folder: str, index: int, c: Candidate) -> str | None:
@@ -336,63 +189,28 @@ def _log_compile_cache(out, winner: Candidate, path: str | None, console) -> Non
           file=console, flush=True)
 
 
-def confirm_rounds(candidates: list[Candidate], repeats: int, max_repeats: int, run_round,
-                   confidence: float = CONFIDENCE) -> int:
-    """Run interleaved rounds (`run_round(r)` trains every candidate once): `repeats` of them, then more,
-    up to `max_repeats` in all, while the winner is not separated from the runner-up at `confidence` per
-    look (sequential_confidence). Returns the rounds run."""
-    rounds = 0
-    while rounds < repeats or (rounds < max_repeats and not separated(candidates, confidence)):
-        run_round(rounds)
-        rounds += 1
-    return rounds
+def confirm_seed(c: Candidate, round_: int) -> int:
+    """The seed of `c`'s run in `round_`: the same in every candidate's and every ablated variant's run of a round."""
+    return c.recipe.seed + SEED_OFFSET + round_
 
 
-def separated(candidates: list[Candidate], confidence: float = CONFIDENCE) -> bool:
-    """The winner's speed-up interval lies above the runner-up's (the baseline included, whose speed-up is
-    1 by definition): the ranking would not change with more seeds, within that confidence. A winner whose
-    interval is undefined at its low end (too few runs, too many missed targets) is not separated; a
-    runner-up undefined at its high end is beaten. Without a baseline or a runner-up there is nothing to
-    separate."""
-    base = next((c for c in candidates if c.baseline), None)
-    ranked = sorted((c for c in candidates if c.median is not None), key=lambda c: c.median)
-    if len(ranked) < 2:
-        return True
-    if base is None:  # a given (or no) baseline: the winner against the runner-up itself
-        winner_low, _ = speedup_interval(ranked[1].ttas, ranked[0].ttas, confidence)
-        return winner_low is not None and winner_low > 1.0
-    if base.median is None:
-        return True
-    winner_low, _ = speedup_interval(base.ttas, ranked[0].ttas, confidence)
-    if ranked[1] is base:
-        return winner_low is not None and winner_low > 1.0
-    _, runner_up_high = speedup_interval(base.ttas, ranked[1].ttas, confidence)
-    if winner_low is None:
-        return False
-    return runner_up_high is None or winner_low > runner_up_high
-
-
-def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFIDENCE, *,
-            baseline: Candidate | None = None, given_seconds: float | None = None,
-            given_note: str = "") -> ConfirmOutcome:
-    """The winner on medians among the candidates run (the baseline may win when it ran). `baseline`: its
-    candidate when it was not run (a given TTA), else found among `candidates`."""
-    base = next((c for c in candidates if c.baseline), baseline)
-    ranked = sorted((c for c in candidates if c.median is not None), key=lambda c: c.median)  # the baseline may win
-    return ConfirmOutcome(candidates, repeats, ranked[0] if ranked else None, base, confidence,
-                          baseline_given_seconds=given_seconds, baseline_note=given_note)
-
-
-def train_and_log(ledger: RunLedger, c: Candidate, repeat: int, seed: int, kind: str, spec: SearchSpec,
-                  tags: dict[str, str] | None = None, compile_cache_to: str | None = None):
-    """One confirmation or ablation run of `c` with `seed`: its MLflow child run of `kind` opened, the recipe
-    trained like production, the run finished and the result recorded on `c`. Returns the result. Interrupted
-    (Ctrl-C, SIGTERM, a crash), its run is closed KILLED: none stays RUNNING."""
-    recipe = c.recipe.model_copy(update={"seed": seed})
-    run_id = None
+def sample(ledger: RunLedger, c: Candidate, round_: int, spec: SearchSpec, knob: str | None = None,
+           compile_cache_to: str | None = None) -> tuple[object, bool]:
+    """Candidate `c`'s sample of `round_`, recorded on `c`: the finished run an earlier session left (kept), else a
+    run trained now with the round's seed, like production: a confirmation run, or with `knob` an ablation run of
+    that knob ("none": its reference), its MLflow child run opened first and finished after. Interrupted (Ctrl-C,
+    SIGTERM, a crash), that run is closed KILLED: none stays RUNNING. Returns the result and whether it was kept."""
+    kind = names.KIND_CONFIRM if knob is None else names.KIND_ABLATION
+    kept = ledger.kept_result(kind, c.trial_id, round_, NO_KNOB if knob is None else knob)
+    if kept is not None:
+        c.record(kept)
+        return kept, True
+    ledger.watch("confirmation" if knob is None else "the ablation")
+    recipe = c.recipe.model_copy(update={"seed": confirm_seed(c, round_)})
+    tags, run_id = None if knob is None else {names.TAG_ABLATION_KNOB: knob}, None
     try:
         with interrupts_held():
-            run_id = ledger.open_run(kind, c, repeat, recipe, tags)
+            run_id = ledger.open_run(kind, c, round_, recipe, tags)
         result = train_like_production(recipe, spec, compile_cache_to)
     except BaseException:
         if run_id is not None:
@@ -400,7 +218,7 @@ def train_and_log(ledger: RunLedger, c: Candidate, repeat: int, seed: int, kind:
         raise
     writers.finish_run(ledger.out, run_id, recipe, result)
     c.record(result)
-    return result
+    return result, False
 
 
 def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:

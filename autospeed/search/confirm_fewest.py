@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from autospeed.search.confirm import Candidate
+    from autospeed.search.confirm_stats import Candidate
 
 FEWEST, ONE, ROUNDS = "fewest", "one", "rounds"
 

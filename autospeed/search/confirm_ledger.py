@@ -13,13 +13,13 @@ gives from the same runs.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from autospeed.errors import Interrupted
 from autospeed.outcome import Status
+from autospeed.search.session import SearchSession
 from autospeed.track import names, writers
-from autospeed.track.runs import ENDED, child_runs
+from autospeed.track.runs import ENDED, child_runs, trial_rows
 
 KINDS = (names.KIND_CONFIRM, names.KIND_ABLATION)
 NO_KNOB = ""  # a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none")
@@ -62,19 +62,20 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
 
 class RunLedger:
     """A search's confirmation and ablation runs: read from the store once, as confirmation starts (the store
-    answers then: the trials' writes were just delivered); from there on every write goes through `out`, the
-    search's journal (track/outbox.Outbox; outbox.Direct where there is none), and nothing reads the store."""
+    answers then: the trials' writes were just delivered); from there on every write goes through the session's
+    outbox (the search's journal, track/outbox.Outbox; outbox.Direct where there is none), and nothing reads the
+    store. `trials_total`: the trials the confirmation chose from (None: counted from the store)."""
 
-    def __init__(self, client, parent, search_id: str, trials_total: int, out=None, console=sys.stdout):
-        from autospeed.track.outbox import Direct
-
-        self.parent, self.search_id, self.trials_total = parent, search_id, trials_total
-        self.out, self.console, self.told_down = out if out is not None else Direct(client), console, False
+    def __init__(self, session: SearchSession, trials_total: int | None = None):
+        client, parent = session.client, session.client.get_run(session.parent_id)
+        self.session = session
+        self.trials_total = len(trial_rows(client, parent)) if trials_total is None else trials_total
+        self.out, self.console, self.told_down = session.outbox, session.console, False
         for kind in KINDS:  # a run a killed process left RUNNING: closed, trained again
             running = child_runs(client, parent, kind, where="attributes.status = 'RUNNING'")
             for run in running:
                 writers.mark_killed(self.out, run.info.run_id)
-        self.kept = {kind: finished_runs(client, parent, kind, trials_total) for kind in KINDS}
+        self.kept = {kind: finished_runs(client, parent, kind, self.trials_total) for kind in KINDS}
 
     def kept_result(self, kind: str, trial_id: str, round_: int, knob: str = NO_KNOB) -> KeptResult | None:
         """The finished run of this (trial, knob, round) an earlier session left, else None: to train."""
@@ -82,9 +83,10 @@ class RunLedger:
 
     def open_run(self, kind: str, c, repeat: int, recipe, tags: dict[str, str] | None = None) -> str:
         """Candidate `c`'s run of `repeat`, RUNNING, with its recipe's params; its id (local until sent)."""
+        session = self.session
         run = self.out.create_run(
-            self.parent.info.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
-            tags={names.TAG_PARENT: self.parent.info.run_id, names.TAG_SEARCH_ID: self.search_id,
+            session.experiment_id, run_name=f"{kind}-{c.label.replace(' ', '-')}-r{repeat}",
+            tags={names.TAG_PARENT: session.parent_id, names.TAG_SEARCH_ID: session.search_id,
                   names.TAG_TRIAL_ID: c.trial_id, names.TAG_KIND: kind, names.TAG_BASELINE: str(c.baseline).lower(),
                   names.TAG_STATUS: Status.RUNNING.value, names.TAG_CONFIRM_REPEAT: str(repeat),
                   names.TAG_CONFIRM_TRIALS: str(self.trials_total), **(tags or {})})

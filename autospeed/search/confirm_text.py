@@ -1,5 +1,5 @@
-"""The text of a confirmation (search/confirm.py): its table, its interval line, its cost line and one run's
-result; confirm.py re-exports them."""
+"""The text of a confirmation (search/confirm.py): its opening line, its table, its interval line, its cost line
+and one run's result."""
 
 from __future__ import annotations
 
@@ -7,11 +7,41 @@ import math
 from typing import TYPE_CHECKING
 
 from autospeed.outcome import REMEASURE_RUNS
+from autospeed.search.confirm_fewest import ROUNDS, plan_text
+from autospeed.search.confirm_stats import CONFIDENCE
 
 if TYPE_CHECKING:
-    from autospeed.search.confirm import ConfirmOutcome
+    from autospeed.search.confirm_stats import Candidate, ConfirmOutcome
+    from autospeed.space import Confirm
 
-CONFIDENCE = 0.9  # of every printed speed-up interval
+
+def planned_runs(confirm: Confirm, candidates: int) -> str:
+    """The runs a confirmation of `candidates` plans, for its progress lines: "6", "6+" (rounds may be added up to
+    confirm.max_repeats) or "<=3" (a long job's, at most one a candidate)."""
+    total = confirm.repeats * candidates
+    if confirm.max_repeats > confirm.repeats:
+        return f"{total}+"
+    return f"{total}" if confirm.runs_mode == ROUNDS else f"<={candidates}"
+
+
+def opening_line(candidates: list[Candidate], confirm: Confirm, confidence: float) -> str:
+    """What the confirmation will train, against what, and how (`confidence`: its per-look level)."""
+    repeats, given = confirm.repeats, confirm.baseline_tta_seconds
+    max_repeats = max(repeats, confirm.max_repeats)
+    more = (f", up to {max_repeats} while the winner is not separated (each look at {confidence:.1%}, so the "
+            f"reported interval keeps {CONFIDENCE:.0%} wherever it stops)") if max_repeats > repeats else ""
+    against = (f"against the baseline's given TTA, {given:g} s ({confirm.baseline_tta_note}), not re-run"
+               if given is not None else "and the baseline")
+    budget = confirm.max_train_seconds
+    with_budget = f", a {budget:g} s train budget" if budget is not None else ""
+    compiling = "" if all(c.recipe.compile == "none" for c in candidates) else (
+        " compiling from an empty inductor cache of its own (confirm.compile_cache: cold)"
+        if confirm.compile_cache == "cold" else " compiling from this machine's inductor cache (warm)")
+    plan = (f"{repeats} interleaved repeats each{more}" if confirm.runs_mode == ROUNDS
+            else plan_text(confirm.runs_mode, len(candidates)))
+    return (f"\nconfirming {len(candidates) - any(c.baseline for c in candidates)} best recipe(s) {against}: "
+            f"{plan}, new seeds{with_budget}, each run in a fresh process{compiling} "
+            f"({planned_runs(confirm, len(candidates))} runs)")
 
 
 def compute_line(outcome: ConfirmOutcome) -> str:

@@ -1,12 +1,11 @@
-"""The whole search, in one function: preflight, trials, confirmation, best.yaml, closing
-the parent run (docs/design.md "Data flow"). The CLI and the experiments call `run_search`
-and only read its outcome.
+"""The whole search as its pipeline: preflight, probe, trials, confirmation and ablation, export, close
+(docs/design.md "Data flow"). Each stage takes the search's session (search/session.py) and its own inputs.
+The CLI and the experiments call `run_search` and only read its outcome.
 """
 
 from __future__ import annotations
 
-import functools
-import signal
+import contextlib
 import sys
 import time
 import uuid
@@ -16,20 +15,20 @@ from typing import Any
 
 from autospeed import _ray
 from autospeed.errors import Interrupted, RunFailure, UserError
-from autospeed.outcome import Status
 from autospeed.script.options import is_script
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import counted
 from autospeed.search.resume import resume_state, same_script
 from autospeed.search.session import SearchSession
+from autospeed.search.signals import StopsLikeCtrlC
 from autospeed.search.storage import (
     SearchDir,
     check_writable,
     latest_search_dir,
     search_lock,
     search_root,
-    write_refused,
 )
+from autospeed.search.trials import TrialPlan, run_trials
 from autospeed.show import leaderboard
 from autospeed.space import Param, SearchSpec
 from autospeed.track import names, runs, writers
@@ -83,150 +82,196 @@ def run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials: in
     time (storage.search_lock): a second refuses, naming the first's host and pid.
     """
     wall_start = time.perf_counter()
-    _check_workers_fit(spec, space_path)  # bad input: before the store, the dataset or Ray are touched
+    asked = _Asked(spec, space_text, space_path, trials, storage_path, ray_address, resume, seed, verbose, console)
+    workers, _ = spec.most_workers()
+    if workers > 1 and not spec.resources.gpus_per_trial and spec.resources.cpus_per_trial:
+        # bad input known without Ray: workers that cannot fit the cores the file sets a CPU trial
+        _check_placement(asked, spec.resources.cpus_per_trial, 0)
     uri = resolve_tracking_uri(tracking_uri)
     client = connect(uri)
     root = search_root(storage_path, spec.name)
     check_writable(root)
     with search_lock(root, spec.name):
-        return _run_search(spec, space_text, space_path, trials=trials, uri=uri, client=client,
-                           storage_path=storage_path, ray_address=ray_address, resume=resume, seed=seed,
-                           verbose=verbose, console=console, wall_start=wall_start, root=root)
+        return _run_search(asked, client, uri, root, wall_start)
 
 
-def _run_search(spec: SearchSpec, space_text: str, space_path: str, *, trials, uri: str, client, storage_path,
-                ray_address, resume, seed, verbose, console, wall_start: float, root) -> SearchOutcome:
-    seed = spec.sampler.seed if seed is None else seed
+@dataclass(frozen=True)
+class _Asked:
+    """What run_search was asked: the space file (as validated, its text, its path) and the command's options."""
 
-    # ---- preflight: whatever can fail before training fails here, before any run is created ----
-    state = resume_state(spec, storage_path, trials, space_path, console) if resume else None
-    total = state["trials"] if state else (trials or spec.budget.trials)
-    from autospeed.workloads import check_target, load_workload
+    spec: SearchSpec
+    space_text: str
+    space_path: str
+    trials: int | None
+    storage_path: str | None
+    ray_address: str | None
+    resume: bool
+    seed: int | None
+    verbose: bool
+    console: Any
 
-    if is_script(spec.workload):  # the script runs to its first step: it starts, and reads every searched knob
-        from autospeed.script.preflight import check_script_reads
 
-        spec = check_script_reads(spec, space_path, console)  # the script's own defaults: the base of every run
-        if state is not None:
-            spec = same_script(spec, state, space_path)
-    else:
-        try:  # the dataset is prepared once per search, before any trial (cached on disk)
-            workload = load_workload(spec.workload, spec.workload_options)
-            # a plugin's metrics are known once it is built: the target must name one of them
-            check_target(spec.resolved_target, workload.metrics, spec.workload, shorthand=spec.target is None)
-        except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
-            raise UserError(f"{space_path}: {e}") from None
-    _ray.quiet_ray()
-    _ray.start_ray(ray_address, verbose)
-    most_workers, asked_by = spec.most_workers()
-    resources, concurrent, threads = _ray.trial_resources(
-        spec.resources.gpus_per_trial, spec.resources.cpus_per_trial, spec.resources.max_concurrent_trials,
-        most_workers)
-    if most_workers > 1:
-        import ray
-
-        from autospeed.parallel.launch import placement_problem
-
-        problem = placement_problem(most_workers, threads, spec.resources.gpus_per_trial,
-                                    ray.cluster_resources().get("GPU", 0))
-        if problem:
-            raise UserError(f"{space_path}: key '{asked_by}': {problem}")
-        _ray.kill_stopped_trials_after(10)
-    _ray.check_storage_shared(root)  # trials read the search's files where they run
-
-    if state is not None:
-        search_dir, search_id = latest_search_dir(storage_path, spec.name), state["search_id"]
-        parent_id = parent_of(client, spec, space_text, space_path, search_dir, state)
-        outbox = _outbox(client, search_dir, spec, console)  # what an earlier session had not sent goes first
-        reopen_parent(client, parent_id)
-        if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
-            search_dir.write_state({**search_dir.read_state(), "trials": total})
-            client.set_tag(parent_id, names.TAG_TRIALS, str(total))
-    else:
-        search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        search_dir = SearchDir(root / search_id)
-        parent_id = open_parent(client, spec, space_text, space_path, search_id, search_dir, total, seed)
-        outbox = _outbox(client, search_dir, spec, console)
-    # read now: from here to the end of the trials a new search needs no answer from the tracking store
-    parent_run = client.get_run(parent_id)
-    session = SearchSession(client, parent_id, parent_run.info.experiment_id, search_id, search_dir, outbox, console)
-    print(f"search '{spec.name}' ({search_id}): {total} trials of {spec.workload}, "
-          f"target {spec.resolved_target.describe()}, budget {spec.budget.max_train_seconds:g} s per trial",
-          file=console, flush=True)
-
-    previous_sigint = signal.getsignal(signal.SIGINT)
-    previous_sigterm = sigterm_as_sigint()
-    outcome = SearchOutcome(spec.name, search_id, parent_id, search_dir, uri, [], False, None, 0.0)
-    # a resumed search adds to what its earlier sessions spent exploring
-    explored_seconds = parent_run.data.metrics.get(names.M_EXPLORATION_SECONDS, 0.0)
-    try:
-        explore_start = time.perf_counter()
-        outcome.phase_seconds["start-up (data, Ray, tracking)"] = explore_start - wall_start
-        searched = _probed(spec, session, resources, threads)
-        outcome.interrupted, outcome.stop_reason, halt = _trials(
-            searched, session, total=total, resources=resources, concurrent=concurrent, threads=threads, seed=seed,
-            resume=state is not None, verbose=verbose)
-        if halt is not None:
-            raise Interrupted(halt)
-        explored_seconds += time.perf_counter() - explore_start
-        outcome.phase_seconds["probe and trials"] = time.perf_counter() - explore_start
-        with interrupts_held():
-            writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_SECONDS: explored_seconds}))
-        if previous_sigterm is not None:  # on the main thread, where handlers can be set
-            # Ray Tune leaves its own SIGINT handler installed after fit(): Ctrl-C must interrupt from here on.
-            signal.signal(signal.SIGINT, previous_sigint)
-        outcome.rows = runs.trial_rows(client, client.get_run(parent_id))
-        kill_leftovers(client, outcome.rows)
-        print(file=console)
-        print(leaderboard.table(outcome.rows), file=console, flush=True)
-        # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
-        ranked = _has_best(outcome.rows, spec.predict.enabled)
-        if ranked and not outcome.interrupted and not outcome.stop_reason:
-            confirm_start = time.perf_counter()
-            _confirm(spec, session, outcome)
-            outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
-        _delivered(session, spec, outcome.interrupted)  # what follows reads the store
-        _report_exploration(spec, client, parent_id, explored_seconds, console)
-        if ranked:
-            try:
-                outcome.best_path = _write_best(session, spec.name)
-            except RunFailure as e:  # predict, unconfirmed, nothing reached or predicted: nothing to stand on
-                print(f"no best.yaml: {e}", file=console, flush=True)
-        trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
-        close_parent(client, parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
-        if outbox.refused:  # each was said when it happened; the summary counts them
-            print(f"tracking: the store refused {counted(len(outbox.refused), 'write')} (each said above, counted "
-                  f"on its run as autospeed.tracking_refused); they are in {outbox.path}", file=console, flush=True)
-    except BaseException as e:
-        # A crash or an interrupt outside the trials: leave no run claiming to be RUNNING. A store that does not
-        # answer cannot be told: the resume sends the kept writes first, then marks what is left KILLED.
-        killed = isinstance(e, (KeyboardInterrupt, Interrupted))
-        if not (isinstance(e, Interrupted) and not outbox.flush(min(30.0, spec.tracking.grace_seconds))):
-            close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
-                          None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
-        raise
-    finally:
-        outbox.close()
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
-            signal.signal(signal.SIGINT, previous_sigint)
+def _run_search(asked: _Asked, client, uri: str, root: Path, wall_start: float) -> SearchOutcome:
+    """The pipeline, under the search's lock."""
+    state = resume_state(asked.spec, asked.storage_path, asked.trials, asked.space_path, asked.console) \
+        if asked.resume else None
+    spec = _preflight(asked, state)
+    plan = _start_ray(spec, asked, state, root)
+    session, explored_before = _open_session(spec, asked, state, client, root, plan)
+    outcome = SearchOutcome(spec.name, session.search_id, session.parent_id, session.search_dir, uri, [], False,
+                            None, 0.0)
+    outcome.phase_seconds["start-up (data, Ray, tracking)"] = time.perf_counter() - wall_start
+    with StopsLikeCtrlC() as signals, _closed_however_it_ends(spec, session):
+        explored = _explore(spec, session, plan, outcome, explored_before)
+        signals.restore_sigint()
+        _finish(spec, session, outcome, explored)
     outcome.wall_seconds = time.perf_counter() - wall_start
     outcome.phase_seconds["export and close"] = outcome.wall_seconds - sum(outcome.phase_seconds.values())
     return outcome
 
 
-def _check_workers_fit(spec: SearchSpec, space_path: str) -> None:
-    """Data-parallel workers that cannot fit a CPU trial whose cores the file sets (cpus_per_trial) are
-    bad input, known without Ray: refused before anything runs. Where the cores or GPUs come from the
-    cluster, the check after Ray starts decides."""
-    most_workers, asked_by = spec.most_workers()
-    cpus = spec.resources.cpus_per_trial
-    if most_workers > 1 and not spec.resources.gpus_per_trial and cpus:
-        from autospeed.parallel.launch import placement_problem
+def _preflight(asked: _Asked, state: dict[str, Any] | None) -> SearchSpec:
+    """Whatever can fail before training fails here, before any run is created: a script runs to its first step
+    (it starts and reads every searched knob; its own defaults become the base of every run); a built-in
+    workload's dataset is prepared once (cached on disk) and its target checked against its metrics. Returns the
+    spec the search runs."""
+    from autospeed.workloads import check_target, load_workload
 
-        problem = placement_problem(most_workers, cpus, 0, 0)
-        if problem:
-            raise UserError(f"{space_path}: key '{asked_by}': {problem}")
+    spec, space_path = asked.spec, asked.space_path
+    if is_script(spec.workload):
+        from autospeed.script.preflight import check_script_reads
+
+        spec = check_script_reads(spec, space_path, asked.console)
+        return same_script(spec, state, space_path) if state is not None else spec
+    try:
+        workload = load_workload(spec.workload, spec.workload_options)
+        # a plugin's metrics are known once it is built: the target must name one of them
+        check_target(spec.resolved_target, workload.metrics, spec.workload, shorthand=spec.target is None)
+    except UserError as e:  # e.g. missing CIFAR-10 data: name the file that asked for it
+        raise UserError(f"{space_path}: {e}") from None
+    return spec
+
+
+def _start_ray(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None, root: Path) -> TrialPlan:
+    """Ray started (or joined), and each trial's resources fitted to it; data-parallel trials whose group cannot
+    be placed, or a storage path the trials cannot read where they run, refused here."""
+    _ray.quiet_ray()
+    _ray.start_ray(asked.ray_address, asked.verbose)
+    res = spec.resources
+    most_workers, _ = spec.most_workers()
+    resources, concurrent, threads = _ray.trial_resources(res.gpus_per_trial, res.cpus_per_trial,
+                                                          res.max_concurrent_trials, most_workers)
+    if most_workers > 1:
+        import ray
+
+        _check_placement(asked, threads, ray.cluster_resources().get("GPU", 0))
+        _ray.kill_stopped_trials_after(10)
+    _ray.check_storage_shared(root)  # trials read the search's files where they run
+    total = state["trials"] if state else (asked.trials or spec.budget.trials)
+    seed = spec.sampler.seed if asked.seed is None else asked.seed
+    return TrialPlan(total, seed, resources, concurrent, threads, state is not None, asked.verbose)
+
+
+def _check_placement(asked: _Asked, cpus: int, cluster_gpus: float) -> None:
+    """Data-parallel workers that cannot be placed on `cpus` cores a trial (and the cluster's GPUs, where trials
+    take GPUs) are bad input: refused before any run is created, naming the key that asked for them."""
+    from autospeed.parallel.launch import placement_problem
+
+    most_workers, asked_by = asked.spec.most_workers()
+    problem = placement_problem(most_workers, cpus, asked.spec.resources.gpus_per_trial, cluster_gpus)
+    if problem:
+        raise UserError(f"{asked.space_path}: key '{asked_by}': {problem}")
+
+
+def _open_session(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None, client, root: Path,
+                  plan: TrialPlan) -> tuple[SearchSession, float]:
+    """The search's session: its parent run opened (a new search) or found and reopened (a resumed one, whose
+    journal sends what an earlier session kept first). Returns it and the seconds earlier sessions explored."""
+    if state is not None:
+        search_dir, search_id = latest_search_dir(asked.storage_path, spec.name), state["search_id"]
+        parent_id = parent_of(client, spec, asked.space_text, asked.space_path, search_dir, state)
+        outbox = _outbox(client, search_dir, spec, asked.console)  # what an earlier session had not sent goes first
+        reopen_parent(client, parent_id)
+        if "extended_from" in state:  # --resume --trials N: the same search, its study, ASHA and parent run go on
+            search_dir.write_state({**search_dir.read_state(), "trials": plan.total})
+            client.set_tag(parent_id, names.TAG_TRIALS, str(plan.total))
+    else:
+        search_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        search_dir = SearchDir(root / search_id)
+        parent_id = open_parent(client, spec, asked.space_text, asked.space_path, search_id, search_dir, plan.total,
+                                plan.seed)
+        outbox = _outbox(client, search_dir, spec, asked.console)
+    # read now: from here to the end of the trials a new search needs no answer from the tracking store
+    parent_run = client.get_run(parent_id)
+    session = SearchSession(client, parent_id, parent_run.info.experiment_id, search_id, search_dir, outbox,
+                            asked.console)
+    print(f"search '{spec.name}' ({search_id}): {plan.total} trials of {spec.workload}, "
+          f"target {spec.resolved_target.describe()}, budget {spec.budget.max_train_seconds:g} s per trial",
+          file=asked.console, flush=True)
+    # a resumed search adds to what its earlier sessions spent exploring
+    return session, parent_run.data.metrics.get(names.M_EXPLORATION_SECONDS, 0.0)
+
+
+@contextlib.contextmanager
+def _closed_however_it_ends(spec: SearchSpec, session: SearchSession):
+    """The journal closed however the search ends. A crash or an interrupt outside the trials leaves no run
+    claiming to be RUNNING: the parent is closed with it. A store that does not answer cannot be told: the resume
+    sends the kept writes first, then marks what is left KILLED."""
+    client, parent_id, outbox = session.client, session.parent_id, session.outbox
+    try:
+        yield
+    except BaseException as e:
+        killed = isinstance(e, (KeyboardInterrupt, Interrupted))
+        if not (isinstance(e, Interrupted) and not outbox.flush(min(30.0, spec.tracking.grace_seconds))):
+            close_parent(client, parent_id, runs.trial_rows(client, client.get_run(parent_id)), killed,
+                         None if killed else f"{type(e).__name__}: {str(e).strip()[:300]}")
+        raise
+    finally:
+        outbox.close()
+
+
+def _explore(spec: SearchSpec, session: SearchSession, plan: TrialPlan, outcome: SearchOutcome,
+             explored_before: float) -> float:
+    """The probe and the trials. Returns the wall seconds the search has explored, earlier sessions' included,
+    as logged on the parent."""
+    explore_start = time.perf_counter()
+    searched = _probed(spec, session, plan.resources, plan.threads)
+    outcome.interrupted, outcome.stop_reason, halt = run_trials(searched, session, plan)
+    if halt is not None:
+        raise Interrupted(halt)
+    explored = explored_before + time.perf_counter() - explore_start
+    outcome.phase_seconds["probe and trials"] = time.perf_counter() - explore_start
+    with interrupts_held():
+        writers.log_batch(session.client, session.parent_id, writers.metrics({names.M_EXPLORATION_SECONDS: explored}))
+    return explored
+
+
+def _finish(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome, explored_seconds: float) -> None:
+    """After the trials: the leaderboard, confirmation and ablation of a ranked best, best.yaml, the parent closed."""
+    client, console = session.client, session.console
+    outcome.rows = runs.trial_rows(client, client.get_run(session.parent_id))
+    kill_leftovers(client, outcome.rows)
+    print(file=console)
+    print(leaderboard.table(outcome.rows), file=console, flush=True)
+    # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
+    ranked = _has_best(outcome.rows, spec.predict.enabled)
+    if ranked and not outcome.interrupted and not outcome.stop_reason:
+        confirm_start = time.perf_counter()
+        _confirm(spec, session, outcome)
+        outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
+    _delivered(spec, session, outcome.interrupted)  # what follows reads the store
+    _report_exploration(spec, session, explored_seconds)
+    if ranked:
+        try:
+            outcome.best_path = _write_best(session, spec.name)
+        except RunFailure as e:  # predict, unconfirmed, nothing reached or predicted: nothing to stand on
+            print(f"no best.yaml: {e}", file=console, flush=True)
+    trials_interrupted = outcome.interrupted and not outcome.confirmation_interrupted
+    close_parent(client, session.parent_id, outcome.rows, trials_interrupted, outcome.stop_reason)
+    if session.outbox.refused:  # each was said when it happened; the summary counts them
+        print(f"tracking: the store refused {counted(len(session.outbox.refused), 'write')} (each said above, "
+              f"counted on its run as autospeed.tracking_refused); they are in {session.outbox.path}", file=console,
+              flush=True)
 
 
 def _probed(spec: SearchSpec, session: SearchSession, resources: dict[str, float], threads: int) -> SearchSpec:
@@ -254,59 +299,40 @@ def _probed(spec: SearchSpec, session: SearchSession, resources: dict[str, float
     return decision.spec
 
 
-def _trials(spec: SearchSpec, session: SearchSession, *, total: int, resources: dict[str, float], concurrent: int,
-            threads: int, seed: int, resume: bool, verbose: bool) -> tuple[bool, str | None, str | None]:
-    """Every trial under Ray Tune. Returns (interrupted, stop reason, halt: why the search must stop as
-    interrupted, resumable: its tracking store silent past the grace, its storage refusing writes).
+def _confirm(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome) -> None:
+    """Confirmation runs, then the ablation, written through the search's journal. A resumed search keeps every
+    run an earlier session finished (search/confirm_ledger.py) and trains only the rest: none when it had
+    confirmed already, whose summary it prints again as it was."""
+    from autospeed.search.confirm import run_confirmation
+    from autospeed.search.confirm_ledger import RunLedger
+    from autospeed.search.confirm_text import compute_line, format_confirmation
 
-    Tune records the trials a halt stopped as ended, though none reached its end; the resume sees them missing
-    from the ledger and rebuilds from the records, which train them again (records.resume_plan)."""
-    from ray import tune
-
-    from autospeed.search.callback import TrialTracker
-    from autospeed.search.records import resume_plan
-    from autospeed.search.trainable import trainable, trial_resources
-    from autospeed.search.tuner import build_tuner
-
-    client, search_dir, outbox = session.client, session.search_dir, session.outbox
-    tracker = TrialTracker(session, spec, total, resumed=resume)
-    spec_json = spec.model_dump_json()
-    gpus = resources["gpu"]
-    if spec.most_workers()[0] > 1:
-        # Per trial: a one-worker trial holds its resources itself, a data-parallel one only its driver's
-        # share (Ray Train's workers reserve theirs).
-        resources = functools.partial(trial_resources, spec_json=spec_json, cpus=resources["cpu"], gpus=gpus)
-    bound = tune.with_resources(tune.with_parameters(trainable, spec_json=spec_json, threads=threads,
-                                                     search_dir=str(search_dir.path), gpus=gpus), resources)
-    interrupted = False
-    mode, to_run = resume_plan(search_dir, spec.name, total, session.console) if resume else (None, total)
+    if spec.confirm.repeats <= 0:
+        return
+    console = session.console
+    ledger = RunLedger(session, len(outcome.rows))
     try:
-        if to_run > 0:  # a rebuilt search whose trials had all finished has none left to run
-            tuner, tracker.searcher = build_tuner(spec, bound, search_dir, tracker, trials=to_run,
-                                                  concurrent=concurrent, seed=seed, resume=mode, verbose=verbose)
-            tuner.fit()  # on Ctrl-C/SIGTERM Tune stops the trials, saves the experiment and returns
-    except KeyboardInterrupt:
-        interrupted = True
-    except Exception as e:  # noqa: BLE001 - Optuna's or Tune's own write refused by a full disk: a halt too
-        tracker.halt = tracker.halt or write_refused(e, search_dir.path / "optuna.db")
-        if tracker.halt is None:
-            raise
-    finally:
-        tracker.view.close()
-    if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (records.resume_plan)
-        return True, None, tracker.halt
-    # the trials' records must be in the store to read them; an interrupted search waits only a moment
-    unsent = outbox.unsent(min(10.0, spec.tracking.grace_seconds) if interrupted else spec.tracking.grace_seconds)
-    if unsent is not None:
-        return True, None, unsent
-    if tracker.told_down:
-        tracker.say_tracking_back()
-    rows = runs.trial_rows(client, client.get_run(session.parent_id))
-    unfinished = len(rows) < total or any(r.status == Status.RUNNING for r in rows)
-    return interrupted or (unfinished and tracker.stop_reason is None), tracker.stop_reason, None
+        outcome.confirmation = run_confirmation(session, spec, ledger)
+    except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
+        outcome.interrupted = outcome.confirmation_interrupted = True
+        print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
+        return
+    confirmed = outcome.confirmation
+    if confirmed is None:
+        return
+    if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
+        from autospeed.search.ablation import run_ablation
+
+        ablated = run_ablation(session, spec, confirmed.winner, confirmed.baseline.recipe, confirmed.speedup, ledger)
+        confirmed.ablation, confirmed.ablation_interrupted = ablated or [], ablated is None
+    print(file=console)
+    print(format_confirmation(confirmed), file=console, flush=True)
+    print(compute_line(confirmed), file=console, flush=True)
+    if confirmed.ablation_interrupted:  # the confirmation stands; the exit says interrupted
+        outcome.interrupted = outcome.confirmation_interrupted = True
 
 
-def _delivered(session: SearchSession, spec: SearchSpec, interrupted: bool) -> None:
+def _delivered(spec: SearchSpec, session: SearchSession, interrupted: bool) -> None:
     """Wait until the store has every write confirmation and ablation journaled (an interrupted search only a
     moment); said where there is a wait; past it, the search stops as interrupted, resumable."""
     outbox, console = session.outbox, session.console
@@ -326,6 +352,41 @@ def _delivered(session: SearchSession, spec: SearchSpec, interrupted: bool) -> N
               f"in order", file=console, flush=True)
 
 
+def _report_exploration(spec: SearchSpec, session: SearchSession, explored_seconds: float) -> None:
+    """Once a baseline run's cost is known: the probe and trials' wall seconds in baseline runs, printed on a line
+    of its own and logged on the parent. A baseline run = its confirmation runs' median wall to target (process
+    start to target, as the exploration's seconds are wall seconds), or the given confirm.baseline_tta_seconds."""
+    client, parent_id = session.client, session.parent_id
+    measured = client.get_run(parent_id).data.metrics.get(names.M_CONFIRM_BASELINE_WALL_MEDIAN)
+    base, what = ((measured, "its median wall to target") if measured
+                  else (spec.confirm.baseline_tta_seconds, "its given TTA"))
+    if not base:
+        return
+    runs_ = explored_seconds / base
+    print(f"exploration: {explored_seconds:.1f} s wall (probe and trials) = {runs_:.2f} baseline runs "
+          f"({what}, {base:.1f} s)", file=session.console, flush=True)
+    with interrupts_held():
+        writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_BASELINE_RUNS: runs_}))
+
+
+def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
+    """Some trial reached its target or has a predicted TTA (under predict: trained at all): there is a best
+    recipe to confirm and export."""
+    from autospeed.track.export import exportable
+
+    return bool(exportable(rows, predicting))
+
+
+def _write_best(session: SearchSession, name: str) -> Path:
+    from autospeed.track.export import export
+
+    # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
+    path, _ = export(session.client, name, session.search_dir.best_yaml, session.search_id)
+    with interrupts_held():
+        session.client.log_artifact(session.parent_id, str(path))
+    return path
+
+
 def _outbox(client, search_dir: SearchDir, spec: SearchSpec, console):
     """The search's tracking outbox (track/outbox.py); a resumed search's kept writes are sent before anything
     reads the store."""
@@ -341,94 +402,3 @@ def _outbox(client, search_dir: SearchDir, spec: SearchSpec, console):
         print(f"resume: sent the {counted(kept, 'tracking write')} an earlier session had kept on disk", file=console,
               flush=True)
     return outbox
-
-
-def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
-    """Some trial reached its target or has a predicted TTA (under predict: trained at all): there is a best
-    recipe to confirm and export."""
-    from autospeed.track.export import exportable
-
-    return bool(exportable(rows, predicting))
-
-
-def _report_exploration(spec: SearchSpec, client, parent_id: str, explored_seconds: float, console) -> None:
-    """Once a baseline run's cost is known: the probe and trials' wall seconds in baseline runs, printed on a line
-    of its own and logged on the parent. A baseline run = its confirmation runs' median wall to target (process
-    start to target, as the exploration's seconds are wall seconds), or the given confirm.baseline_tta_seconds."""
-    measured = client.get_run(parent_id).data.metrics.get(names.M_CONFIRM_BASELINE_WALL_MEDIAN)
-    base, what = ((measured, "its median wall to target") if measured
-                  else (spec.confirm.baseline_tta_seconds, "its given TTA"))
-    if not base:
-        return
-    runs_ = explored_seconds / base
-    print(f"exploration: {explored_seconds:.1f} s wall (probe and trials) = {runs_:.2f} baseline runs "
-          f"({what}, {base:.1f} s)", file=console, flush=True)
-    with interrupts_held():
-        writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_BASELINE_RUNS: runs_}))
-
-
-def _confirm(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome) -> None:
-    """Confirmation runs, then the ablation, written through the search's journal. A resumed search keeps every
-    run an earlier session finished (search/confirm_ledger.py) and trains only the rest: none when it had
-    confirmed already, whose summary it prints again as it was."""
-    from autospeed.search.confirm import compute_line, format_confirmation, run_confirmation
-    from autospeed.search.confirm_ledger import RunLedger
-
-    if spec.confirm.repeats <= 0:
-        return
-    client, console = session.client, session.console
-    parent = client.get_run(session.parent_id)
-    ledger = RunLedger(client, parent, session.search_id, len(outcome.rows), session.outbox, console)
-    try:
-        outcome.confirmation = run_confirmation(client, spec, session.parent_id, session.search_id,
-                                                console=console, ledger=ledger)
-    except KeyboardInterrupt:  # the confirm run in progress was marked KILLED; the search's trials stand
-        outcome.interrupted = outcome.confirmation_interrupted = True
-        print("\nconfirmation interrupted: the best recipe below is the search's, unconfirmed", file=sys.stderr)
-        return
-    confirmed = outcome.confirmation
-    if confirmed is None:
-        return
-    if spec.confirm.ablation and confirmed.winner is not None and confirmed.baseline is not None:
-        from autospeed.search.ablation import run_ablation
-
-        ablated = run_ablation(client, spec, parent, session.search_id, confirmed.winner, confirmed.baseline.recipe,
-                               confirmed.speedup, len(outcome.rows), console, ledger=ledger)
-        confirmed.ablation, confirmed.ablation_interrupted = ablated or [], ablated is None
-    print(file=console)
-    print(format_confirmation(confirmed), file=console, flush=True)
-    print(compute_line(confirmed), file=console, flush=True)
-    if confirmed.ablation_interrupted:  # the confirmation stands; the exit says interrupted
-        outcome.interrupted = outcome.confirmation_interrupted = True
-
-
-def _write_best(session: SearchSession, name: str) -> Path:
-    from autospeed.track.export import export
-
-    # this search's, not a same-named one's; a compiled winner's compile cache beside it, as `autospeed export` writes
-    path, _ = export(session.client, name, session.search_dir.best_yaml, session.search_id)
-    with interrupts_held():
-        session.client.log_artifact(session.parent_id, str(path))
-    return path
-
-
-def sigterm_as_sigint():
-    """Make SIGTERM (`kill`, a scheduler's stop) end a search the way Ctrl-C does.
-
-    Inside tuner.fit() Ray Tune's own SIGINT handler stops the trials, saves the
-    experiment and returns; elsewhere SIGINT raises KeyboardInterrupt. SIGTERM calls
-    whichever SIGINT handler is current. Returns the previous handler (None when
-    not on the main thread, where signals cannot be set).
-    """
-
-    def forward(signum, frame):
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, forward)
-    except ValueError:
-        return None

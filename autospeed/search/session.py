@@ -6,6 +6,7 @@ own inputs besides (the spec it searches, its resources, its counts)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -26,3 +27,13 @@ class SearchSession:
     search_dir: SearchDir
     outbox: Any
     console: TextIO
+
+    @classmethod
+    def direct(cls, client, parent, search_id: str, search_dir: SearchDir,
+               console: TextIO = sys.stdout) -> SearchSession:
+        """A session over the finished search `parent` (its MLflow run) with no journal: its writes go straight
+        to the store (track/outbox.Direct). `autospeed explain` works in one; so can a test."""
+        from autospeed.track.outbox import Direct
+
+        return cls(client, parent.info.run_id, parent.info.experiment_id, search_id, search_dir, Direct(client),
+                   console)

@@ -131,8 +131,10 @@ def _uninterrupted(client, parent_id: str, confirm: list, ablation: list):
     """What an uninterrupted search prints and exports from these finished runs: the candidates it picks, each
     run recorded in its round's order, the winner decided; the ablation of that winner from its runs."""
     from autospeed.search.ablation import format_ablation, variants
-    from autospeed.search.confirm import _decide, compute_line, format_confirmation, pick_candidates
+    from autospeed.search.confirm import pick_candidates
     from autospeed.search.confirm_ledger import KeptResult
+    from autospeed.search.confirm_stats import decide
+    from autospeed.search.confirm_text import compute_line, format_confirmation
     from autospeed.track import names
 
     parent = client.get_run(parent_id)
@@ -141,7 +143,7 @@ def _uninterrupted(client, parent_id: str, confirm: list, ablation: list):
     for c in candidates:
         for run in (r for r in by_round if r.data.tags[names.TAG_TRIAL_ID] == c.trial_id):
             c.record(KeptResult.of(run))
-    outcome = _decide(candidates, REPEATS)
+    outcome = decide(candidates, REPEATS)
     assert outcome.winner is not None and not outcome.winner.baseline, format_confirmation(outcome)
     ablated, _ = variants(outcome.winner, outcome.baseline.recipe)
     for a in ablated:

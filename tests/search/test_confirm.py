@@ -4,7 +4,6 @@ confirmation child runs, the exported `measured` section, and the environment wa
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -13,9 +12,6 @@ import sys
 import pytest
 import yaml
 
-from autospeed.outcome import sequential_confidence
-from autospeed.recipe import Recipe
-from autospeed.search.confirm import Candidate, _decide
 from autospeed.track import names
 
 REPEATS, TOP_K = 3, 1  # the shared search's confirm section (tests/conftest.py)
@@ -127,93 +123,6 @@ def test_train_warns_when_measured_elsewhere(searched, tmp_path):
     assert "device_name: Imaginary Accelerator 9000 ->" in proc.stderr
 
 
-def _cand(trial_id: str, ttas, baseline=False) -> Candidate:
-    return Candidate(trial_id, baseline, None, Recipe(), ttas=list(ttas))
-
-
-def test_winner_decided_on_median_not_best_single_run():
-    lucky = _cand("lucky", [1.0, 5.0, 5.0])  # best single run, worse median
-    steady = _cand("steady", [2.0, 2.1, 2.2])
-    base = _cand("base", [8.0, None, 9.0], baseline=True)  # one miss counts as slowest
-    out = _decide([lucky, steady, base], 3)
-    assert out.winner is steady
-    assert base.median == 9.0
-    assert out.speedup == pytest.approx(9.0 / 2.1)
-
-
-def test_median_missing_when_most_runs_miss_target():
-    c = _cand("x", [None, None, 3.0])
-    assert c.median is None and c.reached == [3.0]
-
-
-PID_PLUGIN = """
-    import os
-    import torch
-    from torch import nn
-    from autospeed.workloads import Workload
-
-    def pids(out: str = ""):
-        def build():
-            with open(out, "a") as f:
-                f.write(f"{os.getpid()}\\n")
-            return nn.Linear(3, 2)
-        x, y = torch.randn(64, 3), (torch.arange(64) % 2)
-        x[:, 0] += y * 4  # separable: reaches the target
-        return Workload(name="pids", train_x=x, train_y=y, val_x=x, val_y=y, num_classes=2, build_model=build)
-"""
-
-
-def test_ablation_retimes_the_winner_with_each_knob_set_back_side_by_side_each_run_in_a_fresh_process(
-        write_plugin, tmp_path, new_store):
-    """Confirmation and ablation runs train through one path on every device (train_like_production): each
-    run in a new process, never this one, as `autospeed train` does. The ablation sets one differing knob
-    back at a time (warmup_fraction with its schedule), runs the winner beside it with the same seeds, and
-    records the speed-up lost as the ratio of those medians."""
-    from mlflow.tracking import MlflowClient
-
-    from autospeed.recipe import Measured
-    from autospeed.search.ablation import knobs_to_ablate, run_ablation, variants
-    from autospeed.space import SearchSpec
-    from autospeed.track.export import _add_ablation
-
-    write_plugin("pid_plugin", PID_PLUGIN)
-    out = tmp_path / "pids.txt"
-    common = dict(workload="pid_plugin:pids", workload_options={"out": str(out)}, target_accuracy=0.9,
-                  batch_size=16, epochs=20, eval_every_epochs=1, device="cpu")
-    winner, base = Recipe(lr=0.1, **common), Recipe(lr=0.01, **common)
-    assert knobs_to_ablate(winner, base) == [("lr", {"lr": 0.01})]
-    assert knobs_to_ablate(winner.model_copy(update={"schedule": "cosine", "warmup_fraction": 0.1}), base) == [
-        ("lr", {"lr": 0.01}), ("schedule+warmup_fraction", {"schedule": "constant", "warmup_fraction": 0.0})]
-    scaled = Recipe(lr=0.1, lr_scaling={"rule": "sqrt", "reference_batch": 128}, **common)
-    ablated, _ = variants(Candidate("t1", False, None, scaled), base)
-    scaling = next(a for a in ablated if a.knob == "lr_scaling")  # a knob whose value is a mapping
-    assert json.loads(json.dumps(scaling.as_dict(2.0)))["set_back"] == {
-        "lr_scaling": base.training_fields()["lr_scaling"]}
-
-    spec = SearchSpec.model_validate({
-        "name": "ablate", "workload": "pid_plugin:pids", "target_accuracy": 0.9,
-        "budget": {"trials": 1, "max_train_seconds": 30}, "confirm": {"top_k": 1, "repeats": 2, "ablation": True},
-        "resources": {"gpus_per_trial": 0, "cpus_per_trial": 1}, "space": {"lr": {"loguniform": [0.01, 0.1]}}})
-    client = MlflowClient(new_store(tmp_path / "store"))
-    parent = client.get_run(client.create_run(client.create_experiment("ablate")).info.run_id)
-    ablated = run_ablation(client, spec, parent, "s1", Candidate("t1", False, None, winner, ttas=[1.0] * 3), base,
-                           4.0, 2, console=open(os.devnull, "w"))
-
-    pids = [int(p) for p in out.read_text().split()]
-    assert len(pids) == 4 and len(set(pids)) == 4 and os.getpid() not in pids  # 2 rounds x (winner, lr)
-    (lr,) = ablated
-    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{names.TAG_KIND}` = 'ablation'")
-    assert sorted(r.data.tags[names.TAG_ABLATION_KNOB] for r in runs) == ["lr", "lr", "none", "none"]
-    by_knob = {k: [r for r in runs if r.data.tags[names.TAG_ABLATION_KNOB] == k] for k in ("lr", "none")}
-    assert {r.data.params["lr"] for r in by_knob["lr"]} == {"0.01"}
-    assert {r.data.params["seed"] for r in by_knob["lr"]} == {r.data.params["seed"] for r in by_knob["none"]}
-    medians = {k: statistics.median(r.data.metrics[names.M_TTA] for r in v) for k, v in by_knob.items()}
-    assert lr.lost == pytest.approx(medians["lr"] / medians["none"])
-    measured = Measured()
-    _add_ablation(measured, client.get_run(parent.info.run_id).data.tags[names.TAG_ABLATION])
-    assert measured.ablation == {"lr": pytest.approx(lr.lost)}
-
-
 def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_it(searched, tmp_path):
     """`autospeed explain`, the ablation as its own command: on a copy of the shared search (its store and
     folder; the copy leaves the shared one as other tests read it), one round of the winner beside each knob
@@ -260,47 +169,6 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
     assert not any(r.data.tags.get(names.TAG_KIND) == names.KIND_ABLATION for r in searched.runs())
 
 
-# ---------------------------------------------------------------- confirm.max_repeats
-def test_rounds_are_added_while_the_winner_overlaps_the_runner_up_up_to_max_repeats():
-    """Two recipes whose TTAs alternate so that neither's speed-up interval ever separates: the
-    confirmation adds interleaved rounds up to max_repeats, then stops."""
-    a, b, base = _cand("a", []), _cand("b", []), _cand("base", [], baseline=True)
-    ttas = {"a": [2.0, 3.0], "b": [3.0, 2.0], "base": [8.0, 8.0]}  # per round parity: a and b swap places
-    order = []
-
-    def run_round(r: int) -> None:
-        for c in (a, b, base):
-            c.ttas.append(ttas[c.trial_id][r % 2])
-            order.append(c.trial_id)
-
-    from autospeed.search.confirm import confirm_rounds
-
-    level = sequential_confidence(3, 7)
-    assert confirm_rounds([a, b, base], repeats=3, max_repeats=7, run_round=run_round, confidence=level) == 7
-    assert order == ["a", "b", "base"] * 7  # interleaved, every round
-
-
-def test_rounds_stop_at_the_first_look_where_the_winner_separates_at_the_sequential_level():
-    """Looks after `repeats` rounds use the stricter per-look level (Bonferroni over the planned looks):
-    the rounds stop at the first look where the winner's interval, at that level, clears the runner-up's,
-    never earlier (at the plain 90% level they would stop sooner: optional stopping)."""
-    fast, slow, base = _cand("fast", []), _cand("slow", []), _cand("base", [], baseline=True)
-    ttas = {"fast": [1.0, 1.1, 1.05], "slow": [4.0, 4.2, 4.1], "base": [8.0, 8.4, 8.2]}
-
-    def run_round(r: int) -> None:
-        for c in (fast, slow, base):
-            c.ttas.append(ttas[c.trial_id][r % 3])
-
-    from autospeed.search.confirm import confirm_rounds, separated
-
-    level = sequential_confidence(3, 7)
-    assert level > 0.9
-    rounds = confirm_rounds([fast, slow, base], repeats=3, max_repeats=7, run_round=run_round, confidence=level)
-    assert 3 <= rounds < 7 and separated([fast, slow, base], level)
-    cut = [_cand(c.trial_id, c.ttas[:rounds - 1], c.baseline) for c in (fast, slow, base)]
-    assert rounds == 3 or not separated(cut, level)  # the look before did not separate
-
-
 def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_one_left_running(
         searched, tmp_path, monkeypatch):
     """A search SIGKILLed in its last confirmation round, then resumed: the finished runs are kept as samples, the
@@ -312,6 +180,8 @@ def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_
     from mlflow.tracking import MlflowClient
 
     from autospeed.search.confirm import run_confirmation
+    from autospeed.search.session import SearchSession
+    from autospeed.search.storage import SearchDir
     from autospeed.space import SearchSpec
 
     shutil.copyfile(searched.folder / "mlflow.db", tmp_path / "mlflow.db")  # the shared search stays as it is
@@ -332,8 +202,9 @@ def test_a_resumed_confirmation_trains_only_the_runs_a_kill_cost_and_closes_the_
     monkeypatch.syspath_prepend(str(searched.folder))  # the probe plugin, for the fresh training processes too
     started = time.time() * 1000
 
-    outcome = run_confirmation(client, SearchSpec.model_validate(searched.space), parent.info.run_id,
-                               parent.data.tags[names.TAG_SEARCH_ID], console=open(os.devnull, "w"))
+    session = SearchSession.direct(client, parent, parent.data.tags[names.TAG_SEARCH_ID], SearchDir(tmp_path),
+                                   open(os.devnull, "w"))
+    outcome = run_confirmation(session, SearchSpec.model_validate(searched.space))
 
     after = confirm_runs()
     assert client.get_run(in_flight.info.run_id).info.status == "KILLED"

@@ -12,9 +12,12 @@ from mlflow.tracking import MlflowClient
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import Candidate, _decide, run_confirmation
+from autospeed.search.confirm import run_confirmation
 from autospeed.search.confirm_fewest import FEWEST, ONE, confirm_fewest, search_bound_seconds
+from autospeed.search.confirm_stats import Candidate, decide
 from autospeed.search.confirm_text import format_confirmation, summary_lines
+from autospeed.search.session import SearchSession
+from autospeed.search.storage import SearchDir
 from autospeed.track import names
 
 from .test_confirm_long import NONE_REACHED, PRODUCTION_SECONDS, confirm_runs, long_spec, make_search
@@ -61,7 +64,7 @@ def test_one_run_decides_when_no_other_candidate_could_beat_it():
     cands, trained = run({"a": 33.0, "b": 30.0, "c": 20.0})
     assert trained == ["a"]  # b's bound 35 s and c's 50 s are above a's 33 s
     assert "its search bound 35.00 s >= the fastest measured TTA 33.00 s" in cands[1].not_run
-    outcome = _decide(cands, 1, given_seconds=100.0, given_note="prod")
+    outcome = decide(cands, 1, given_seconds=100.0, given_note="prod")
     assert outcome.winner.trial_id == "a" and outcome.speedup == pytest.approx(100.0 / 33.0)
     assert "not run: its search bound 50.00 s" in format_confirmation(outcome)
 
@@ -69,7 +72,7 @@ def test_one_run_decides_when_no_other_candidate_could_beat_it():
 def test_a_candidate_whose_bound_is_below_the_fastest_run_is_trained_and_may_win():
     cands, trained = run({"a": 38.0, "b": 36.0, "c": 20.0})
     assert trained == ["a", "b"]  # b's bound 35 s < 38 s; then c's 50 s > 36 s
-    assert _decide(cands, 1).winner.trial_id == "b"
+    assert decide(cands, 1).winner.trial_id == "b"
     _, trained = run({"a": None, "b": 60.0, "c": 20.0})  # a missed its target: b, then c (50 s < 60 s) run
     assert trained == ["a", "b", "c"]
 
@@ -89,7 +92,7 @@ def test_a_long_jobs_confirmation_trains_few_runs_and_its_summary_counts_them_in
                          baseline_tta_note="production run, 2 cores")
         parent = make_search(client, spec, NONE_REACHED)
         console = io.StringIO()
-        outcome = run_confirmation(client, spec, parent.info.run_id, "s1", console=console)
+        outcome = run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), spec)
 
         runs = confirm_runs(client, parent)
         assert sorted(r.data.tags[names.TAG_TRIAL_ID] for r in runs) == expected, console.getvalue()

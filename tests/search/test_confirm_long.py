@@ -18,9 +18,13 @@ from mlflow.tracking import MlflowClient
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe, load_recipe
-from autospeed.search.confirm import Candidate, _decide, compute_line, pick_candidates, run_confirmation
+from autospeed.search.confirm import pick_candidates, run_confirmation
+from autospeed.search.confirm_stats import Candidate, decide
+from autospeed.search.confirm_text import compute_line
 from autospeed.search.parent import flatten as _flatten
 from autospeed.search.run import _has_best, _report_exploration
+from autospeed.search.session import SearchSession
+from autospeed.search.storage import SearchDir
 from autospeed.space import SearchSpec
 from autospeed.track import names, writers
 from autospeed.track import runs as res
@@ -105,14 +109,14 @@ def test_candidates_include_predicted_trials_when_none_reached(store):
     assert _has_best(res.trial_rows(client, other), predicting=True)  # under predict: ranked, confirmation measures
 
 
-def test_confirmation_trains_with_the_production_budget_and_best_yaml_carries_it(store):
+def test_confirmation_trains_with_the_production_budget_and_best_yaml_carries_it(store, tmp_path):
     """The winner and the baseline both train with confirm.max_train_seconds (their trials' 0.02 s would never
     reach); epochs stay the recipe's; the parent gets what confirmation cost, in baseline runs."""
     client = MlflowClient(store)
     spec = long_spec("budget", top_k=1, repeats=1, max_train_seconds=PRODUCTION_SECONDS)
     parent = make_search(client, spec, NONE_REACHED)
     console = io.StringIO()
-    outcome = run_confirmation(client, spec, parent.info.run_id, "s1", console=console)
+    outcome = run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), spec)
 
     runs = confirm_runs(client, parent)
     assert sorted(r.data.tags[names.TAG_TRIAL_ID] for r in runs) == ["base", "fast"]
@@ -145,7 +149,7 @@ def test_a_given_baseline_tta_is_not_rerun_and_its_speedup_claims_no_interval(st
                      baseline_tta_note=note)
     parent = make_search(client, spec, NONE_REACHED)
     console = io.StringIO()
-    outcome = run_confirmation(client, spec, parent.info.run_id, "s1", console=console)
+    outcome = run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), spec)
 
     (run,) = confirm_runs(client, parent)  # the winner only: the baseline is not trained again
     assert run.data.tags[names.TAG_TRIAL_ID] == "fast" and run.data.tags[names.TAG_BASELINE] == "false"
@@ -182,33 +186,34 @@ def test_given_baseline_speedup_is_a_range_over_the_winners_runs_never_an_interv
     every run's train clock in given baseline runs."""
     winner = Candidate("w", False, None, Recipe(), ttas=[2.0, 2.5, 4.0], train_seconds=[2.0, 2.5, 4.0])
     measured_base = Candidate("b", True, None, Recipe(), ttas=[10.0, 11.0, 12.0], train_seconds=[10.0, 11.0, 12.0])
-    assert _decide([winner, measured_base], 3).speedup_interval[0] is not None
-    given = _decide([winner], 3, baseline=measured_base, given_seconds=10.0, given_note="prod")
+    assert decide([winner, measured_base], 3).speedup_interval[0] is not None
+    given = decide([winner], 3, baseline=measured_base, given_seconds=10.0, given_note="prod")
     assert given.winner is winner and given.speedup == pytest.approx(4.0)
     assert given.speedup_range == pytest.approx((2.5, 5.0))
     assert given.speedup_interval == (None, None) and given.remeasure_interval == (None, None)
     assert "given (prod), not measured here: no interval" in given.interval_note
     assert compute_line(given) == "confirmation compute: 3 runs, 8.5 s of train clock = 0.85 baseline runs"
-    both = _decide([winner, measured_base], 3)
+    both = decide([winner, measured_base], 3)
     assert compute_line(both) == "confirmation compute: 6 runs, 41.5 s of train clock = 3.77 baseline runs"
 
 
-def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known(store):
+def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known(store, tmp_path):
     client = MlflowClient(store)
     parent = make_search(client, long_spec("explore"), [])
     parent_id = parent.info.run_id
     console = io.StringIO()
-    _report_exploration(long_spec("explore"), client, parent_id, 25.0, console)
+    session = SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console)
+    _report_exploration(long_spec("explore"), session, 25.0)
     assert console.getvalue() == ""  # no baseline TTA yet: nothing to count in
     client.log_metric(parent_id, names.M_CONFIRM_BASELINE_MEDIAN, 4.0)  # train clock: not what a wall is counted in
     client.log_metric(parent_id, names.M_CONFIRM_BASELINE_WALL_MEDIAN, 10.0)
-    _report_exploration(long_spec("explore"), client, parent_id, 25.0, console)
+    _report_exploration(long_spec("explore"), session, 25.0)
     assert console.getvalue().strip() == ("exploration: 25.0 s wall (probe and trials) = 2.50 baseline runs "
                                           "(its median wall to target, 10.0 s)")
     assert client.get_run(parent_id).data.metrics[names.M_EXPLORATION_BASELINE_RUNS] == pytest.approx(2.5)
     given = long_spec("explore-given", baseline_tta_seconds=50.0, baseline_tta_note="prod")
-    parent_id = make_search(client, given, []).info.run_id  # a given baseline is not run: no wall measured
-    console = io.StringIO()
-    _report_exploration(given, client, parent_id, 25.0, console)
+    parent = make_search(client, given, [])  # a given baseline is not run: no wall measured
+    parent_id, console = parent.info.run_id, io.StringIO()
+    _report_exploration(given, SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), console), 25.0)
     assert re.search(r"= 0\.50 baseline runs \(its given TTA, 50\.0 s\)$", console.getvalue().strip())
     assert math.isclose(client.get_run(parent_id).data.metrics[names.M_EXPLORATION_BASELINE_RUNS], 0.5)

@@ -13,6 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from autospeed.recipe import load_recipe
 from autospeed.search.confirm import run_confirmation
+from autospeed.search.session import SearchSession
+from autospeed.search.storage import SearchDir
 from autospeed.track import names, writers
 from autospeed.track.export import best_recipe_yaml
 from autospeed.track.trajectory import curve_of
@@ -73,7 +75,7 @@ def test_a_confirmed_winner_carries_the_curve_of_its_confirmation_run(client, tm
                      baseline_tta_note="production run, 2 cores")
     parent = make_search(client, spec, NONE_REACHED)
     log_curve(client, trial_run_id(client, parent, "fast"), TRIAL_CURVE)  # not what a confirmed export draws
-    run_confirmation(client, spec, parent.info.run_id, "s1", console=io.StringIO())
+    run_confirmation(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), io.StringIO()), spec)
     (run,) = confirm_runs(client, parent)
     recipe, _ = exported(client, "confirmed", tmp_path)
     traj = recipe.measured.trajectory

@@ -11,7 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe, load_recipe
-from autospeed.search.confirm import Candidate, _decide, _log_parent
+from autospeed.search.confirm import _log_parent
+from autospeed.search.confirm_stats import Candidate, decide
 from autospeed.track import names, writers
 from autospeed.track.export import best_recipe_yaml, compile_lines
 
@@ -42,7 +43,7 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
         client.set_terminated(run.info.run_id)
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
     base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])
-    outcome = _decide([winner_c, base_c], 3)
+    outcome = decide([winner_c, base_c], 3)
     if compile_cache is not None:
         outcome.compile_cache = compile_cache
     _log_parent(client, parent.info.run_id, outcome, 2)

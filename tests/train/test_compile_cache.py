@@ -25,7 +25,8 @@ from mlflow.tracking import MlflowClient
 from autospeed.outcome import Status
 from autospeed.recipe import Measured, Recipe
 from autospeed.run_recipe import train_in_fresh_process
-from autospeed.search.confirm import Candidate, _log_compile_cache
+from autospeed.search.confirm import _log_compile_cache
+from autospeed.search.confirm_stats import Candidate
 from autospeed.track import names, writers
 from autospeed.train import compile_cache
 
