@@ -310,8 +310,11 @@ def run_confirmation(client, spec: SearchSpec, parent_run_id: str, search_id: st
         outcome.compile_cache, outcome.runs_mode = spec.confirm.compile_cache, mode
         _log_parent(ledger.out, parent_run_id, outcome, trials_total)
         if outcome.winner is not None:
-            _log_compile_cache(ledger.out, outcome.winner,
-                               _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner), console)
+            cache = _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner)
+            _log_compile_cache(ledger.out, outcome.winner, cache, console)
+            from autospeed.search.compile_ways import measure_compile_ways  # it imports this module
+
+            measure_compile_ways(ledger, outcome, spec, cache, console)
     return outcome
 
 
@@ -383,16 +386,16 @@ def _decide(candidates: list[Candidate], repeats: int, confidence: float = CONFI
 
 
 def train_and_log(ledger: RunLedger, c: Candidate, repeat: int, seed: int, kind: str, spec: SearchSpec,
-                  tags: dict[str, str] | None = None, compile_cache_to: str | None = None):
+                  tags: dict[str, str] | None = None, compile_cache_to: str | None = None, train=None):
     """One confirmation or ablation run of `c` with `seed`: its MLflow child run of `kind` opened, the recipe
-    trained like production, the run finished and the result recorded on `c`. Returns the result. Interrupted
-    (Ctrl-C, SIGTERM, a crash), its run is closed KILLED: none stays RUNNING."""
+    trained like production (or by `train(recipe)`), the run finished and the result recorded on `c`. Returns the
+    result. Interrupted (Ctrl-C, SIGTERM, a crash), its run is closed KILLED: none stays RUNNING."""
     recipe = c.recipe.model_copy(update={"seed": seed})
     run_id = None
     try:
         with layout.interrupts_held():
             run_id = ledger.open_run(kind, c, repeat, recipe, tags)
-        result = train_like_production(recipe, spec, compile_cache_to)
+        result = train(recipe) if train is not None else train_like_production(recipe, spec, compile_cache_to)
     except BaseException:
         if run_id is not None:
             layout.mark_killed(ledger.out, run_id)
