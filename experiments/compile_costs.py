@@ -42,7 +42,8 @@ SPACE = {"name": "compile-costs", "workload": "mnist1d", "workload_options": {"n
                      "baseline_tta_seconds": 60.0,
                      "baseline_tta_note": "a stand-in: this search measures the compile, not a speed-up"},
          "probe": {"enabled": False}, "resources": {"gpus_per_trial": 0},
-         "baseline": {"compile": "none", "optimizer": "adamw", "lr": 0.018},
+         # the baseline trial only opens the search (its TTA is given): one epoch
+         "baseline": {"compile": "none", "optimizer": "adamw", "lr": 0.018, "epochs": 1},
          "fixed": {"epochs": 20, "eval_every_epochs": 0.5, "batch_size": 256, "optimizer": "adamw",
                    "schedule": "linear", "warmup_fraction": 0.2, "compile": "default",
                    "lr_scaling": {"rule": "sqrt", "reference_batch": 128}},
@@ -118,6 +119,7 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="autospeed-compile-costs-"))
     work.mkdir(parents=True, exist_ok=True)
     print(provenance("cpu", end=False), flush=True)
+    print(f"work folder: {work}", flush=True)
 
     searched = {**SPACE, "confirm": {**SPACE["confirm"], "repeats": args.repeats}}
     if args.best:
