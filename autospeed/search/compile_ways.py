@@ -13,9 +13,9 @@ ways differ only in the compile), each in a fresh process:
 * same_machine_warm: the folder the round's first run left, reused: every graph of the recipe is found there.
 * new_machine (when confirmation ran warm): a new empty inductor folder.
 
-Cost: about `repeats` runs of the winner per way, the warm ones without most of their compile (on 2 CPU cores a
-cold run of a small MLP trains 16 s to its target, a warm one 4 s: experiments/results/compile_costs_cpu.md). Not
-measured, and said: a long job (`confirm.runs` fewest or one: each run is a production-length job), data-parallel
+Cost: about `repeats` runs of the winner per way, the warm ones without most of their compile (on 2 CPU cores an
+MLP's TTA is 15.84 s cold, 14.34 s with the shipped cache, 3.71 s warm: experiments/results/cold_start_cache_cpu.md).
+Not measured, and said: a long job (`confirm.runs` fewest or one: each run is a production-length job), data-parallel
 workers and scripts (they ship no cache), `confirm.compile_ways: false`. Each run is an MLflow child run of kind
 `compile_way` (tag autospeed.compile_way), kept by the ledger like confirmation's: a resume trains only what is
 missing. `autospeed export` reads them (track/export.py compile_costs).
