@@ -382,7 +382,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "compile_costs", "compile_costs.py", "a small search whose winner compiles, exported: the three compile costs "
         "its export prints (new machine, shipped cache, warm) against `autospeed train` of it each way",
-        runs=(_r("--runs", "3", "--out", f"{RESULTS}/compile_costs_cpu.md", writes=("compile_costs_cpu.md",)),),
+        runs=(_r("--runs", "3", "--exclusive", "--out", f"{RESULTS}/compile_costs_cpu.md",
+                 writes=("compile_costs_cpu.md",)),),
         quick=("--best", "{quick}/recipe.yaml", "--runs", "1", "--out", "{out}/compile_costs.md"),
         quick_writes=("compile_costs.md",),
         note="its quick pass re-measures the quick recipe, which does not compile, without a search",
