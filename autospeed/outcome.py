@@ -103,6 +103,22 @@ def speedup(baseline_tta: float | None, tta: float | None) -> float | None:
 MIN_RUNS_FOR_INTERVAL = 3  # fewer runs on either side: no interval ("too few repeats for an interval")
 
 
+def next_run_interval(values: Sequence[float | None], confidence: float = 0.9) -> tuple[float | None, float | None]:
+    """Where one more run's value (a TTA, a compile's seconds) falls with probability `confidence`, from these
+    runs' values: a prediction interval for log-normal values, exp(mean +- t(n-1) s sqrt(1 + 1/n)) of their logs,
+    the Student t quantile because s is estimated. (None, None) with fewer than MIN_RUNS_FOR_INTERVAL runs or any
+    missing value (a missed target): the spread is not known then."""
+    from scipy.stats import t as student_t
+
+    if len(values) < MIN_RUNS_FOR_INTERVAL or any(x is None or x <= 0 for x in values):
+        return None, None
+    logs = [math.log(x) for x in values]
+    n = len(logs)
+    half = student_t.ppf(0.5 + confidence / 2.0, n - 1) * statistics.stdev(logs) * math.sqrt(1.0 + 1.0 / n)
+    centre = statistics.fmean(logs)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
 @functools.cache
 def _mann_whitney_counts(n: int, m: int) -> tuple[int, ...]:
     """How many of the C(n+m, n) equally likely orderings of n + m exchangeable values give the Mann-Whitney

@@ -31,9 +31,14 @@ def train(recipe: Recipe, workload: Workload | None = None,
     return trainer.train(recipe, workload, on_eval, num_threads, cooldown)
 
 
-def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None) -> TrainResult:
+def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None,
+                compile_cache_from: str | None = None) -> TrainResult:
     from autospeed.workloads import load_workload_once
 
+    if compile_cache_from is not None:  # as `autospeed train` loads a shipped cache: before anything compiles
+        from autospeed.train import compile_cache
+
+        compile_cache.load(compile_cache_from)
     result = train(recipe, load_workload_once(recipe.workload, recipe.workload_options), num_threads=threads)
     if compile_cache_to is not None and result.applied.get("compile", "none") != "none":
         from autospeed.train import compile_cache
@@ -43,9 +48,14 @@ def _train_here(recipe: Recipe, threads: int | None, compile_cache_to: str | Non
 
 
 def train_in_fresh_process(recipe: Recipe, threads: int | None, compile_cache_to: str | None = None,
-                           compile_cache: str = COLD) -> TrainResult:
+                           compile_cache: str = COLD, compile_cache_from: str | None = None,
+                           inductor_cache_dir: str | None = None) -> TrainResult:
     """`train(recipe)` in a new (spawned) process (autospeed.train.process.in_fresh_process): the cold start a
     production run pays is on its clock, and by default (`compile_cache="cold"`) the compile from an empty inductor
     cache a new machine pays. With `compile_cache_to`, a compiled run leaves its torch.compile cache artifacts in that
-    file (the winner's is exported beside best.yaml)."""
-    return process.in_fresh_process(_train_here, recipe, threads, compile_cache_to, compile_cache=compile_cache)
+    file (the winner's is exported beside best.yaml); with `compile_cache_from`, it loads such a file first, as
+    `autospeed train` loads the one shipped beside a recipe (a file torch cannot load raises
+    autospeed.train.compile_cache.CacheNotLoaded). `compile_cache="warm"` with `inductor_cache_dir`: the process
+    compiles from that folder (kept), else from the inherited one."""
+    return process.in_fresh_process(_train_here, recipe, threads, compile_cache_to, compile_cache_from,
+                                    compile_cache=compile_cache, inductor_cache_dir=inductor_cache_dir)

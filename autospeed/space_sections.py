@@ -54,6 +54,8 @@ class Confirm(Strict):
     # the inductor cache each confirmation and ablation run compiles from: cold, a new empty folder per run (the
     # compile a production run pays on a new machine); warm, the machine's shared one (what earlier runs left)
     compile_cache: Literal["cold", "warm"] = "cold"
+    # a compiled winner confirmed cold also trains `repeats` times with its shipped cache and warm (compile_ways.py)
+    compile_ways: bool = True
     # how many runs confirm (search/confirm_fewest.py): rounds, `repeats` interleaved rounds of every candidate and
     # the baseline; fewest (needs baseline_tta_seconds), one run per candidate in the leaderboard's order while an
     # unrun one could still beat the fastest measured; one (needs baseline_tta_seconds), the search's best, once.

@@ -382,6 +382,15 @@ EXPERIMENTS: tuple[Experiment, ...] = (
              "the cache",
         measures=(*TRAIN, BUILTIN, "autospeed/cli.py", SPEEDUP_BEST)),
     Experiment(
+        "compile_costs", "compile_costs.py", "a small search whose winner compiles, exported: the three compile costs "
+        "its export prints (new machine, shipped cache, warm) against `autospeed train` of it each way",
+        runs=(_r("--runs", "3", "--exclusive", "--out", f"{RESULTS}/compile_costs_cpu.md",
+                 writes=("compile_costs_cpu.md",)),),
+        quick=("--best", "{quick}/recipe.yaml", "--runs", "1", "--out", "{out}/compile_costs.md"),
+        quick_writes=("compile_costs.md",),
+        note="its quick pass re-measures the quick recipe, which does not compile, without a search",
+        measures=(*SEARCH, BUILTIN, "experiments/compile_cache.py")),
+    Experiment(
         "gpu_wheels", "gpu_wheels.sh", "fills .whl/ with the wheels gpu_checks.sh installs on an offline GPU "
         "machine (needs the network)", helper=True),
 )

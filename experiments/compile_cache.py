@@ -40,7 +40,8 @@ DEFAULT = Recipe(workload="mnist1d", workload_options={"num_samples": 25000}, ta
                  lr_scaling={"rule": "sqrt", "reference_batch": 128}, optimizer="adamw", lr=0.018,
                  schedule="linear", warmup_fraction=0.2, compile="default")
 CACHE_FILE = "best.compile-cache.bin"
-HITS = re.compile(r"compile cache: (\d+) of (\d+) compiled graphs found in it")
+# the shipped cache's hits ("compile cache: 2 of 2 ...") or this machine's inductor cache's ("compile: 0 of 2 ...")
+HITS = re.compile(r"compile(?: cache)?: (\d+) of (\d+) compiled graphs found in")
 SIDES = ("without", "with", "local warm")
 METRICS = (("first_step_seconds", "first step s (compile included)"), ("compile_seconds", "compile s"),
            ("tta_seconds", "TTA s (train clock)"), ("wall_to_target_seconds", "wall to target s (process start)"),

@@ -184,3 +184,28 @@ def test_no_re_measurement_range_from_too_few_runs_or_a_missed_target():
     assert remeasure_interval([10.0, None, 11.0], [2.0, 2.1, 2.2]) == (None, None)
     low, high = remeasure_interval([10.0, 11.0, 12.0], [2.0, 2.2, 2.1])
     assert low < 11.0 / 2.1 < high
+
+
+def test_one_more_run_falls_inside_the_next_run_interval_nine_times_in_ten():
+    """From 3 runs (a confirmation's default, log-normal TTAs with a 20% spread), a fourth run lands inside the
+    90% next-run interval about 90% of the time: what a user re-measuring one way of the compile sees."""
+    import random
+
+    from autospeed.outcome import next_run_interval
+
+    rng = random.Random(5)
+    draw = lambda: 15.0 * math.exp(rng.gauss(0.0, 0.2))  # noqa: E731
+    inside = 0
+    for _ in range(2000):
+        low, high = next_run_interval([draw(), draw(), draw()])
+        inside += low <= draw() <= high
+    assert 0.88 <= inside / 2000 <= 0.92, inside / 2000
+
+
+def test_no_next_run_interval_from_too_few_runs_or_a_missed_target():
+    from autospeed.outcome import next_run_interval
+
+    assert next_run_interval([10.0, 11.0]) == (None, None)
+    assert next_run_interval([10.0, None, 11.0]) == (None, None)
+    low, high = next_run_interval([10.0, 11.0, 12.0])
+    assert low < 10.0 and 12.0 < high

@@ -148,9 +148,11 @@ def run_confirmation(session: SearchSession, spec: SearchSpec,
         outcome.compile_cache, outcome.runs_mode = spec.confirm.compile_cache, mode
         _log_parent(ledger.out, session.parent_id, outcome, trials_total)
         if outcome.winner is not None:
-            _log_compile_cache(ledger.out, outcome.winner,
-                               _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner),
-                               session.console)
+            cache = _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner)
+            _log_compile_cache(ledger.out, outcome.winner, cache, session.console)
+            from autospeed.search.compile_ways import measure_compile_ways  # it imports this module
+
+            measure_compile_ways(ledger, outcome, spec, cache, session.console)
     return outcome
 
 
@@ -195,23 +197,29 @@ def confirm_seed(c: Candidate, round_: int) -> int:
 
 
 def sample(ledger: RunLedger, c: Candidate, round_: int, spec: SearchSpec, knob: str | None = None,
-           compile_cache_to: str | None = None) -> tuple[object, bool]:
+           compile_cache_to: str | None = None, way: str | None = None, train=None) -> tuple[object, bool]:
     """Candidate `c`'s sample of `round_`, recorded on `c`: the finished run an earlier session left (kept), else a
-    run trained now with the round's seed, like production: a confirmation run, or with `knob` an ablation run of
-    that knob ("none": its reference), its MLflow child run opened first and finished after. Interrupted (Ctrl-C,
-    SIGTERM, a crash), that run is closed KILLED: none stays RUNNING. Returns the result and whether it was kept."""
-    kind = names.KIND_CONFIRM if knob is None else names.KIND_ABLATION
-    kept = ledger.kept_result(kind, c.trial_id, round_, NO_KNOB if knob is None else knob)
+    run trained now with the round's seed, like production: a confirmation run, with `knob` an ablation run of
+    that knob ("none": its reference), or with `way` a compile way's run (search/compile_ways.py, trained by
+    `train(recipe)`), its MLflow child run opened first and finished after. Interrupted (Ctrl-C, SIGTERM, a crash),
+    that run is closed KILLED: none stays RUNNING. Returns the result and whether it was kept."""
+    if way is not None:
+        kind, key, tags, stage = names.KIND_COMPILE_WAY, way, {names.TAG_COMPILE_WAY: way}, "the compile ways"
+    elif knob is not None:
+        kind, key, tags, stage = names.KIND_ABLATION, knob, {names.TAG_ABLATION_KNOB: knob}, "the ablation"
+    else:
+        kind, key, tags, stage = names.KIND_CONFIRM, NO_KNOB, None, "confirmation"
+    kept = ledger.kept_result(kind, c.trial_id, round_, key)
     if kept is not None:
         c.record(kept)
         return kept, True
-    ledger.watch("confirmation" if knob is None else "the ablation")
+    ledger.watch(stage)
     recipe = c.recipe.model_copy(update={"seed": confirm_seed(c, round_)})
-    tags, run_id = None if knob is None else {names.TAG_ABLATION_KNOB: knob}, None
+    run_id = None
     try:
         with interrupts_held():
             run_id = ledger.open_run(kind, c, round_, recipe, tags)
-        result = train_like_production(recipe, spec, compile_cache_to)
+        result = train(recipe) if train is not None else train_like_production(recipe, spec, compile_cache_to)
     except BaseException:
         if run_id is not None:
             writers.mark_killed(ledger.out, run_id)

@@ -21,8 +21,10 @@ from autospeed.search.session import SearchSession
 from autospeed.track import names, writers
 from autospeed.track.runs import ENDED, child_runs, trial_rows
 
-KINDS = (names.KIND_CONFIRM, names.KIND_ABLATION)
-NO_KNOB = ""  # a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none")
+KINDS = (names.KIND_CONFIRM, names.KIND_ABLATION, names.KIND_COMPILE_WAY)
+# a confirmation run's knob in the ledger's keys (an ablation's reference runs are knob "none"; a compile way's run
+# has its way there)
+NO_KNOB = ""
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def finished_runs(client, parent, kind: str, trials_total: int) -> dict[tuple[st
         tags = run.data.tags
         if names.TAG_STATUS not in tags:  # ended by hand outside autospeed: not a result of its own
             continue
-        key = (tags[names.TAG_TRIAL_ID], tags.get(names.TAG_ABLATION_KNOB, NO_KNOB),
+        key = (tags[names.TAG_TRIAL_ID], tags.get(names.TAG_ABLATION_KNOB, tags.get(names.TAG_COMPILE_WAY, NO_KNOB)),
                int(tags[names.TAG_CONFIRM_REPEAT]))
         kept[key] = KeptResult.of(run)
     return kept

@@ -5,7 +5,6 @@ as `tta_seconds`), with the search's production budget (confirm.max_train_second
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import statistics
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.errors import RunFailure
-from autospeed.outcome import is_infeasible
+from autospeed.outcome import is_infeasible, median_tta, next_run_interval
 from autospeed.recipe import CompileCost, Measured, load_recipe
 from autospeed.track import names
 from autospeed.track import runs as res
@@ -186,20 +185,35 @@ def best_recipe_yaml(client, name: str, search_id: str | None = None,
 
 def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, CompileCost | str]:
     """A compiled winner's compile, three ways: the way its confirmation runs trained (`state`: cold is a new
-    machine, warm the search machine's cache), medians over those runs (a run that missed the target counts as
-    infinitely slow, as in the confirmed median); "not measured" for the other two, never a guess (no search trains
-    with the shipped cache: `autospeed train` on a new machine does, and says how many graphs it found in it)."""
-    runs = res.child_runs(client, parent, names.KIND_CONFIRM, {names.TAG_TRIAL_ID: trial_id}, where=res.ENDED)
+    machine, warm the search machine's cache) and the ways its `compile_way` runs trained after them
+    (search/compile_ways.py), each the medians over its runs (a run that missed the target counts as infinitely
+    slow, as in the confirmed median) and where one more run falls, 90% (outcome.next_run_interval); "not
+    measured" for a way no run trained, never a guess."""
     trials = parent.data.metrics.get(names.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
-    runs = [r for r in runs if names.TAG_STATUS in r.data.tags and names.M_COMPILE_SECONDS in r.data.metrics
-            and (trials is None or r.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+
+    def finished(kind: str, tags: dict[str, str]) -> list:
+        runs = res.child_runs(client, parent, kind, {names.TAG_TRIAL_ID: trial_id, **tags}, where=res.ENDED)
+        return [r for r in runs if names.TAG_STATUS in r.data.tags and names.M_COMPILE_SECONDS in r.data.metrics
+                and (trials is None or r.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+
     costs: dict[str, CompileCost | str] = dict.fromkeys(COMPILE_WAYS, NOT_MEASURED)
-    if runs:
-        tta = statistics.median(r.data.metrics.get(names.M_TTA, math.inf) for r in runs)
-        costs[_WAY_OF_STATE[state]] = CompileCost(
-            compile_seconds_median=statistics.median(r.data.metrics[names.M_COMPILE_SECONDS] for r in runs),
-            tta_seconds_median=tta if math.isfinite(tta) else None, runs=len(runs))
+    for way in COMPILE_WAYS:
+        runs = (finished(names.KIND_CONFIRM, {}) if way == _WAY_OF_STATE[state]
+                else finished(names.KIND_COMPILE_WAY, {names.TAG_COMPILE_WAY: way}))
+        if runs:
+            costs[way] = _cost(runs)
     return costs
+
+
+def _cost(runs: list) -> CompileCost:
+    """One way's CompileCost from its finished runs."""
+    compiles = [r.data.metrics[names.M_COMPILE_SECONDS] for r in runs]
+    ttas = [r.data.metrics.get(names.M_TTA) for r in runs]  # absent: the run missed the target
+    tta = median_tta(ttas)
+    (compile_low, compile_high), (tta_low, tta_high) = next_run_interval(compiles), next_run_interval(ttas)
+    return CompileCost(compile_seconds_median=statistics.median(compiles), tta_seconds_median=tta, runs=len(runs),
+                       compile_seconds_low=compile_low, compile_seconds_high=compile_high, tta_seconds_low=tta_low,
+                       tta_seconds_high=tta_high)
 
 
 def compile_lines(measured: Measured | None) -> list[str]:
@@ -208,16 +222,24 @@ def compile_lines(measured: Measured | None) -> list[str]:
     if measured is None or not measured.compile_costs:
         return []
     used = _WAY_OF_STATE.get(measured.compile_cache_state or "")
-    lines = ["compile cost (train clock, medians of the confirmation runs), three ways:"]
+    lines = ["compile cost (train clock, medians of the confirmation runs; [where one more run falls, 90%]), "
+             "three ways:"]
     for way, label in COMPILE_WAYS.items():
         cost = measured.compile_costs.get(way, NOT_MEASURED)
         if isinstance(cost, CompileCost):
             tta = f"{cost.tta_seconds_median:.2f} s" if cost.tta_seconds_median is not None else "target missed"
-            shown = f"compile (first step) {cost.compile_seconds_median:.2f} s, TTA {tta} ({cost.runs} runs)"
+            compiled = _next(cost.compile_seconds_low, cost.compile_seconds_high)
+            shown = (f"compile (first step) {cost.compile_seconds_median:.2f} s{compiled}, "
+                     f"TTA {tta}{_next(cost.tta_seconds_low, cost.tta_seconds_high)} ({cost.runs} runs)")
         else:
             shown = cost
         lines.append(f"  {label}: {shown}" + ("  <- the speed-up includes this" if way == used else ""))
     return lines
+
+
+def _next(low: float | None, high: float | None) -> str:
+    """Where one more run falls, 90%, as printed beside a median ("" when unknown)."""
+    return f" [next run {low:.2f}-{high:.2f} s]" if low is not None and high is not None else ""
 
 
 def _compile_note(measured: Measured, recipe) -> str:

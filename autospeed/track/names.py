@@ -110,6 +110,8 @@ BASELINE_MEASURED, BASELINE_GIVEN = "measured", "given"
 # pays) or warm (the machine's shared folder). A search without the tag confirmed warm (before it existed).
 TAG_CONFIRM_COMPILE_CACHE = "autospeed.confirm_compile_cache"
 COMPILE_CACHE_COLD, COMPILE_CACHE_WARM = "cold", "warm"
+# a compiled winner confirmed, trained again the two other ways production pays its compile (search/compile_ways.py)
+KIND_COMPILE_WAY, TAG_COMPILE_WAY = "compile_way", "autospeed.compile_way"  # tag: new_machine_shipped_cache, ...
 # what the search cost, on the parent: confirmation runs' train clock, and the probe and trials' wall seconds,
 # each also in baseline runs (/ the baseline's median TTA, measured or given)
 M_CONFIRM_COMPUTE_SECONDS = "confirm_compute_seconds"

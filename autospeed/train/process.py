@@ -63,15 +63,16 @@ def _run_and_send(send, fn, args, inductor_cache_dir: str | None = None) -> None
     send.close()
 
 
-def in_fresh_process(fn, *args, compile_cache: str = WARM):
+def in_fresh_process(fn, *args, compile_cache: str = WARM, inductor_cache_dir: str | None = None):
     """fn(*args) in a new (spawned, not daemonic) process; its value, or the exception it raised. Leaving by an
     exception (Ctrl-C included) terminates the process, whatever it was doing; a process that dies without a
     result (killed, a crash in native code) raises RuntimeError. `compile_cache="cold"`: the process compiles
-    from a new empty inductor cache folder of its own, removed when it ends; "warm": the inherited one."""
+    from a new empty inductor cache folder of its own, removed when it ends; "warm": the inherited one, or
+    `inductor_cache_dir`, the caller's folder, kept (what earlier runs compiled into it is found there)."""
     if compile_cache not in (COLD, WARM):
         raise ValueError(f"compile_cache must be {COLD!r} or {WARM!r}, not {compile_cache!r}")
     if compile_cache == WARM:
-        return _in_fresh_process(fn, args, None)
+        return _in_fresh_process(fn, args, inductor_cache_dir)
     folder = tempfile.mkdtemp(prefix="autospeed-inductor-cold-")
     try:
         return _in_fresh_process(fn, args, folder)

@@ -21,9 +21,11 @@ COMPILED = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, 
 BASE = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, lr=0.01)
 
 
-def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> None:
+def make_confirmed_search(client, winner: Recipe, compile_cache: str | None,
+                          ways: dict[str, list[tuple[float, float | None]]] | None = None) -> None:
     """A finished search (a baseline and one trial) whose confirmation ran with `compile_cache` (None: a search
-    confirmed before the setting existed, whose parent has no tag)."""
+    confirmed before the setting existed, whose parent has no tag); `ways`: the winner's compile_way runs after it
+    (search/compile_ways.py), (compile seconds, TTA or None for a missed target) per way."""
     exp = client.create_experiment("cc")
     parent = client.create_run(exp, tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: "s1"})
     for trial_id, recipe, baseline in (("base", BASE, True), ("t1", winner, False)):
@@ -41,6 +43,16 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None) -> 
         writers.log_batch(client, run.info.run_id,
                          writers.metrics({names.M_COMPILE_SECONDS: compile_seconds, names.M_TTA: tta}))
         client.set_terminated(run.info.run_id)
+    for way, runs in (ways or {}).items():
+        for repeat, (compile_seconds, tta) in enumerate(runs):
+            run = client.create_run(exp, tags={
+                names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_COMPILE_WAY,
+                names.TAG_COMPILE_WAY: way, names.TAG_TRIAL_ID: "t1", names.TAG_CONFIRM_REPEAT: str(repeat),
+                names.TAG_CONFIRM_TRIALS: "2",
+                names.TAG_STATUS: (Status.REACHED if tta else Status.NOT_REACHED).value})
+            names.log_batch(client, run.info.run_id, names.metrics({names.M_COMPILE_SECONDS: compile_seconds,
+                                                                      **({names.M_TTA: tta} if tta else {})}))
+            client.set_terminated(run.info.run_id)
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
     base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])
     outcome = decide([winner_c, base_c], 3)
@@ -93,13 +105,40 @@ def test_the_export_gives_the_compile_three_ways_and_which_the_speedup_includes(
     make_confirmed_search(client, COMPILED, state)
     text, _ = best_recipe_yaml(client, "cc")
     costs = yaml.safe_load(text)["measured"]["compile_costs"]
-    assert costs.pop(way) == {"compile_seconds_median": 1.2, "tta_seconds_median": 2.0, "runs": 3}
+    measured = costs.pop(way)
+    assert (measured["compile_seconds_median"], measured["tta_seconds_median"], measured["runs"]) == (1.2, 2.0, 3)
     assert costs == dict.fromkeys(costs, "not measured") and len(costs) == 2
     (tmp_path / "best.yaml").write_text(text)
     lines = compile_lines(load_recipe(tmp_path / "best.yaml").measured)  # what `autospeed export` prints
     marked = [line for line in lines if "<- the speed-up includes this" in line]
-    assert len(lines) == 4 and len(marked) == 1 and "compile (first step) 1.20 s, TTA 2.00 s (3 runs)" in marked[0]
+    assert len(lines) == 4 and len(marked) == 1 and "compile (first step) 1.20 s [next run" in marked[0]
+    assert "TTA 2.00 s [next run" in marked[0] and "(3 runs)" in marked[0]
     assert sum("not measured" in line for line in lines) == 2
+
+
+def test_the_compile_way_runs_after_confirmation_fill_the_other_two_ways_each_with_its_next_run_interval(client,
+                                                                                                      tmp_path):
+    """Confirmed cold (new_machine: compile 1.2 s, TTA 2.0 s), then the winner with its shipped cache and warm
+    (search/compile_ways.py): each way its own medians and where one more run falls, 90%, never pooled with another
+    way's runs; a way with a missed target has a median but no TTA interval."""
+    shipped = [(0.9, 1.7), (1.0, 1.8), (0.8, 1.6)]
+    warm = [(0.1, 0.9), (0.2, 1.0), (0.1, None)]
+    make_confirmed_search(client, COMPILED, "cold", {"new_machine_shipped_cache": shipped, "same_machine_warm": warm})
+    text, _ = best_recipe_yaml(client, "cc")
+    (tmp_path / "best.yaml").write_text(text)
+    costs = load_recipe(tmp_path / "best.yaml").measured.compile_costs
+    cold, ship, hot = costs["new_machine"], costs["new_machine_shipped_cache"], costs["same_machine_warm"]
+    assert (cold.compile_seconds_median, cold.tta_seconds_median, cold.runs) == (1.2, 2.0, 3)
+    assert (ship.compile_seconds_median, ship.tta_seconds_median, ship.runs) == (0.9, 1.7, 3)
+    assert (hot.compile_seconds_median, hot.tta_seconds_median, hot.runs) == (0.1, 1.0, 3)
+    for cost, runs in ((cold, CONFIRM_RUNS), (ship, shipped), (hot, warm)):
+        assert cost.compile_seconds_low < min(c for c, _ in runs) <= max(c for c, _ in runs) < cost.compile_seconds_high
+    assert ship.tta_seconds_low < 1.6 and 1.8 < ship.tta_seconds_high
+    assert hot.tta_seconds_low is None and hot.tta_seconds_high is None  # a missed target: its spread is unknown
+    lines = compile_lines(load_recipe(tmp_path / "best.yaml").measured)
+    assert "not measured" not in "".join(lines)
+    assert [("[next run" in line, "<- the speed-up" in line) for line in lines[1:]] == [(True, True), (True, False),
+                                                                                         (True, False)]
 
 
 def test_an_eager_winner_has_no_compile_costs(client):

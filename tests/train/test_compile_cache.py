@@ -140,3 +140,38 @@ def test_export_of_a_winner_that_does_not_compile_ships_no_cache(tmp_path, new_s
     assert proc.returncode == 0, proc.stderr
     assert "compile_cache" not in yaml.safe_load(out.read_text())["measured"]
     assert not (tmp_path / "best.compile-cache.bin").exists() and "cache" not in proc.stdout
+
+
+def test_the_confirmed_winner_trains_with_its_shipped_cache_and_warm_once_each_and_a_resume_keeps_both(
+        search_machine, tmp_path, new_store):
+    """search/compile_ways.py after a cold confirmation of one round: one run with the cache the export ships and
+    one warm, both real and compiled, logged as compile_way runs under their ways; a resumed search (a new ledger
+    over the same store) keeps both and trains nothing."""
+    from autospeed.search.compile_ways import measure_compile_ways
+    from autospeed.search.confirm import ConfirmOutcome
+    from autospeed.search.confirm_ledger import RunLedger
+    from autospeed.space import spec_from_dict
+
+    _, saved = search_machine
+    client = MlflowClient(new_store(tmp_path / "store"))
+    run_id = make_search(client, RECIPE)
+    parent = client.get_run(client.get_run(run_id).data.tags[names.TAG_PARENT])
+    spec = spec_from_dict({"name": "cc", "workload": "digits", "target_accuracy": 0.2,
+                           "space": {"lr": {"choice": [0.05]}}}, "space.yaml")
+    winner = Candidate("t1", False, 2.0, RECIPE, run_id=run_id)
+    outcome = ConfirmOutcome([winner], 1, winner, None)  # confirmed cold, in rounds: the defaults
+
+    said = io.StringIO()
+    ways = measure_compile_ways(RunLedger(client, parent, "s1", 1), outcome, spec, str(saved), said)
+    assert sorted(ways) == ["new_machine_shipped_cache", "same_machine_warm"], said.getvalue()
+    for c in ways.values():
+        assert len(c.train_seconds) == 1 and c.ttas[0] is not None, said.getvalue()
+    runs = client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.`{names.TAG_KIND}` = '{names.KIND_COMPILE_WAY}'")
+    assert sorted(r.data.tags[names.TAG_COMPILE_WAY] for r in runs) == sorted(ways)
+    assert all(r.data.metrics[names.M_COMPILE_SECONDS] > 0 and r.info.status == "FINISHED" for r in runs)
+
+    again = io.StringIO()
+    kept = measure_compile_ways(RunLedger(client, parent, "s1", 1), outcome, spec, str(saved), again)
+    assert again.getvalue().count("(finished before the resume: kept)") == 2, again.getvalue()
+    assert [c.ttas for c in kept.values()] == [c.ttas for c in ways.values()]

@@ -82,7 +82,8 @@ def test_confirmation_trains_cold_unless_the_space_file_asks_for_warm(monkeypatc
     from autospeed.train import process
 
     asked = []
-    monkeypatch.setattr(process, "in_fresh_process", lambda fn, *args, compile_cache: asked.append(compile_cache))
+    monkeypatch.setattr(process, "in_fresh_process",
+                        lambda fn, *args, compile_cache, inductor_cache_dir=None: asked.append(compile_cache))
     spec = {"name": "n", "workload": "digits", "target_accuracy": 0.9, "budget": {"trials": 1},
             "space": {"lr": {"loguniform": [0.01, 0.1]}}}
     for confirm, expected in (({}, "cold"), ({"compile_cache": "warm"}, "warm"), ({"compile_cache": "cold"}, "cold")):
