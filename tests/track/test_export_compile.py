@@ -50,7 +50,7 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None,
                 names.TAG_COMPILE_WAY: way, names.TAG_TRIAL_ID: "t1", names.TAG_CONFIRM_REPEAT: str(repeat),
                 names.TAG_CONFIRM_TRIALS: "2",
                 names.TAG_STATUS: (Status.REACHED if tta else Status.NOT_REACHED).value})
-            names.log_batch(client, run.info.run_id, names.metrics({names.M_COMPILE_SECONDS: compile_seconds,
+            writers.log_batch(client, run.info.run_id, writers.metrics({names.M_COMPILE_SECONDS: compile_seconds,
                                                                       **({names.M_TTA: tta} if tta else {})}))
             client.set_terminated(run.info.run_id)
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])

@@ -148,8 +148,10 @@ def test_the_confirmed_winner_trains_with_its_shipped_cache_and_warm_once_each_a
     one warm, both real and compiled, logged as compile_way runs under their ways; a resumed search (a new ledger
     over the same store) keeps both and trains nothing."""
     from autospeed.search.compile_ways import measure_compile_ways
-    from autospeed.search.confirm import ConfirmOutcome
     from autospeed.search.confirm_ledger import RunLedger
+    from autospeed.search.confirm_stats import ConfirmOutcome
+    from autospeed.search.session import SearchSession
+    from autospeed.search.storage import SearchDir
     from autospeed.space import spec_from_dict
 
     _, saved = search_machine
@@ -161,8 +163,11 @@ def test_the_confirmed_winner_trains_with_its_shipped_cache_and_warm_once_each_a
     winner = Candidate("t1", False, 2.0, RECIPE, run_id=run_id)
     outcome = ConfirmOutcome([winner], 1, winner, None)  # confirmed cold, in rounds: the defaults
 
+    def ledger() -> RunLedger:  # a new one reads what the store holds, as a resumed search's does
+        return RunLedger(SearchSession.direct(client, parent, "s1", SearchDir(tmp_path), io.StringIO()), 1)
+
     said = io.StringIO()
-    ways = measure_compile_ways(RunLedger(client, parent, "s1", 1), outcome, spec, str(saved), said)
+    ways = measure_compile_ways(ledger(), outcome, spec, str(saved), said)
     assert sorted(ways) == ["new_machine_shipped_cache", "same_machine_warm"], said.getvalue()
     for c in ways.values():
         assert len(c.train_seconds) == 1 and c.ttas[0] is not None, said.getvalue()
@@ -172,6 +177,6 @@ def test_the_confirmed_winner_trains_with_its_shipped_cache_and_warm_once_each_a
     assert all(r.data.metrics[names.M_COMPILE_SECONDS] > 0 and r.info.status == "FINISHED" for r in runs)
 
     again = io.StringIO()
-    kept = measure_compile_ways(RunLedger(client, parent, "s1", 1), outcome, spec, str(saved), again)
+    kept = measure_compile_ways(ledger(), outcome, spec, str(saved), again)
     assert again.getvalue().count("(finished before the resume: kept)") == 2, again.getvalue()
     assert [c.ttas for c in kept.values()] == [c.ttas for c in ways.values()]
