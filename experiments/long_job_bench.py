@@ -1,0 +1,307 @@
+"""A long-job benchmark whose truth is measured: ranking trials at 20x and 50x horizon ratios (issue 43, E2/E3).
+
+(1) Curves (`--part curves`): `--recipes` recipes drawn at random from search_spaces/long_bench.yaml (Optuna's
+    RandomSampler, experiments/long_job.py's draw), each trained `--seeds` times (seeds 0, 1, ...) in this process
+    with the built-in trainer and one torch thread:
+      * the full run: every evaluation (samples, validation accuracy, epoch) until STOP_ACCURACY or the recipe's
+        own 30 epochs: its samples to each target are the truth;
+      * the trial run, the same recipe and seed again: densely evaluated (about 24 evaluations) up to 5% of the
+        fastest recipe's samples to the space's target (its median over seeds, from the full runs), with a
+        cooldown branch (autospeed/train/cooldown.py, 20% of the steps so far, LR linearly to 0) at every
+        evaluation, so the branch-measured decay factor is available at any cut offline.
+    Truth is in samples, not seconds: the maths knobs' ranking does not depend on the clock, and the shared
+    machine's clock would be noise. A trial at samples c is the trial run's evaluations up to c (the run is
+    deterministic for a seed: its first evaluations are the full run's, checked and recorded as `prefix_match`).
+(2) Analysis (`--part analysis`): at each target and horizon ratio (the trial = 1/20 and 1/50 of the fastest
+    recipe's samples to the target), `--searches` simulated 12-trial searches (12 of the recipes in a random order,
+    each trial one of its seeds at random; the truth is the median of the recipe's seeds' samples to target, inf
+    where most never reach). Arms, each ranking the same trials: the metric at the cut (equal horizon: the censored
+    objective `cut x (1 + gap)`), autospeed/horizon.py with the typical decay factor 0.71, horizon.py with each wsd
+    trial's own cooldown branch, and the per-curve predictor of autospeed/predict.py as search/curve.py used it
+    (experiments/long_job_ranking.py's arms, on samples). Decision metrics: first-pick miss, median and 90th
+    percentile top-1 regret, top-3 within 1.1x, Spearman's rho over the reached recipes (ceiling stated), the
+    reach / no-reach AUC; the goals of issue 43 stated met or not. Times nothing.
+
+    python experiments/long_job_bench.py --part curves     # ~20 min of one core -> results/long_job_bench_curves.json
+    python experiments/long_job_bench.py --part analysis   # seconds -> experiments/results/long_job_bench.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import RESULTS, provenance, results_header, shown, write_results  # noqa: E402
+
+SPACE = "search_spaces/long_bench.yaml"
+CURVES = f"{RESULTS}/long_job_bench_curves.json"
+STOP_ACCURACY = 0.965  # full runs stop here (or at their epochs' end): truth at every target up to it
+TARGETS = (0.96, 0.95, 0.965)  # the space's target first; the others a sensitivity check
+RATIOS = (20, 50)  # a trial = 1/20 and 1/50 of the fastest recipe's samples to the target
+TRIAL_EVALUATIONS = 24  # the trial run's evaluations up to its window (5% of the fastest recipe's samples)
+COOLDOWN_FRACTION = 0.2
+TRIALS = 12
+ARMS = ("metric", "horizon 0.71", "horizon branch", "previous")
+GOALS = {20: (0.10, 1.15), 50: (0.20, 1.30)}  # first-pick miss at most, median regret at most (issue 43)
+
+
+# ---------------------------------------------------------------- (1) curves
+def samples_to(curve: list, target: float) -> float:
+    """Samples at the first evaluation at or above `target` (inf: never)."""
+    return next((p[0] for p in curve if p[1] >= target), math.inf)
+
+
+def recipe_truth(per_seed: list[float]) -> float:
+    """The median over seeds (inf where most never reach)."""
+    return float(statistics.median(per_seed))
+
+
+def full_run(recipe, workload, seed: int, stop: float) -> list[list[float]]:
+    from autospeed.train.trainer import train
+
+    r = train(recipe.model_copy(update={"seed": seed, "max_train_seconds": 1e9, "target_accuracy": stop}), workload,
+              num_threads=1)
+    return [[h["samples"], h["val_accuracy"], h["epoch"]] for h in r.history]
+
+
+def trial_run(recipe, workload, seed: int, window: float, train_size: int) -> list[list]:
+    """The recipe's start, evaluated about TRIAL_EVALUATIONS times up to `window` samples, a cooldown branch at
+    each evaluation: [samples, accuracy, epoch, cooldown accuracy or None]."""
+    from autospeed.train.trainer import Cooldown, train
+
+    every = window / TRIAL_EVALUATIONS / train_size
+    r = train(recipe.model_copy(update={"seed": seed, "max_train_seconds": 1e9, "eval_every_epochs": every}),
+              workload, on_eval=lambda e: e.samples >= window, num_threads=1,
+              cooldown=Cooldown(COOLDOWN_FRACTION, each_evaluation=True))
+    return [[h["samples"], h["val_accuracy"], h["epoch"], h.get("cooldown_val_accuracy")] for h in r.history]
+
+
+def run_curves(args) -> None:
+    from long_job import draw_recipes
+
+    from autospeed.space import load_spec
+    from autospeed.workloads import load_workload
+
+    spec = load_spec(SPACE)
+    options = {**spec.workload_options, **({"num_samples": args.num_samples} if args.num_samples else {})}
+    workload = load_workload(spec.workload, options)
+    train_size = len(workload.train_y)
+    drawn = draw_recipes(spec, args.recipes, args.seed)[1:]  # its baseline is not one of the space's recipes
+    rows = []
+    if True:  # no CPU lock: nothing is timed (samples, not seconds)
+        for d in drawn:
+            recipe = d["recipe"].model_copy(update={"epochs": args.epochs} if args.epochs else {})
+            curves = [full_run(recipe, workload, s, args.stop) for s in range(args.seeds)]
+            rows.append({"label": d["label"], "params": d["params"], "schedule": recipe.schedule,
+                         "epochs": recipe.epochs, "decay_fraction": recipe.decay_fraction, "full": curves})
+            print(f"{d['label']} {d['params']}: samples to {spec.resolved_target.value} "
+                  f"{[samples_to(c, spec.resolved_target.value) for c in curves]}", flush=True)
+        fastest = min(recipe_truth([samples_to(c, max(TARGETS)) for c in r["full"]]) for r in rows)
+        if not math.isfinite(fastest):  # nothing reached (a quick pass): the window is one epoch
+            fastest = 20 * train_size
+        window = fastest / min(RATIOS)
+        for d, row in zip(drawn, rows):
+            recipe = d["recipe"].model_copy(update={"epochs": row["epochs"]})
+            row["trial"] = [trial_run(recipe, workload, s, window, train_size) for s in range(args.seeds)]
+            row["prefix_match"] = all(prefix_match(t, f) for t, f in zip(row["trial"], row["full"]))
+            print(f"{row['label']}: trial runs to {window:.0f} samples, prefix match {row['prefix_match']}",
+                  flush=True)
+    write_results(args.curves, json.dumps({
+        "provenance": provenance(), "space": SPACE, "workload_options": options, "train_size": train_size,
+        "stop_accuracy": args.stop, "seeds": args.seeds, "window_samples": window, "torch_threads": 1,
+        "cooldown_fraction": COOLDOWN_FRACTION, "predict": spec.predict.model_dump(), "recipes": rows}, indent=1))
+
+
+def prefix_match(trial: list, full: list) -> bool:
+    """Whether the trial run's evaluations at the full run's evaluation samples measured the same accuracy."""
+    at = {p[0]: p[1] for p in full}
+    common = [(p[1], at[p[0]]) for p in trial if p[0] in at]
+    return all(abs(a - b) < 1e-9 for a, b in common)
+
+
+# ---------------------------------------------------------------- (2) analysis
+def trial_row(row: dict, seed: int, cut: float) -> dict:
+    """One trial of `row`'s recipe with seed `seed` cut at `cut` samples, as experiments/long_job_ranking.py's
+    rows: its evaluations [samples, accuracy, epoch] up to the cut (the trial run's, then the full run's beyond
+    its window), its schedule and its latest stable-phase cooldown branch (samples, accuracy, after)."""
+    dense = [p for p in row["trial"][seed] if p[0] <= cut]
+    last = dense[-1][0] if dense else 0
+    curve = [p[:3] for p in dense] + [p for p in row["full"][seed] if last < p[0] <= cut]
+    stable_epochs = row["epochs"] * (1 - row["decay_fraction"]) if row["schedule"] == "wsd" else math.inf
+    branches = [p for p in dense if p[3] is not None and p[2] <= stable_epochs]
+    out = {**row, "curve": curve, "compile_seconds": 0.0}
+    if branches:
+        out["cooldown"] = (branches[-1][0], branches[-1][1], branches[-1][3])
+    return out
+
+
+def arm_scores(rows: list[dict], arm: str, order: list[int], cut: float, target: float, predict: dict,
+               cap: float) -> dict[int, float]:
+    """index -> the arm's objective for the trials `rows` (in the search's `order`)."""
+    import long_job_ranking as ranking
+
+    if arm == "metric":
+        return {i: ranking.metric_score(rows[i], cut, target) for i in order}
+    if arm == "previous":
+        return {i: ranking.previous_score(rows[i], cut, target, predict, cap) for i in order}
+    view = rows if arm == "horizon branch" else [{k: v for k, v in r.items() if k != "cooldown"} for r in rows]
+    return {i: s for i, (s, _) in ranking.horizon_scores(view, order, cut, target, cap).items()}
+
+
+def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -> dict:
+    import long_job_ranking as ranking
+
+    recipes = data["recipes"]
+    n, seeds = len(recipes), data["seeds"]
+    truth = np.array([recipe_truth([samples_to(c, target) for c in r["full"]]) for r in recipes])
+    reach = np.isfinite(truth)
+    fastest = float(truth.min())
+    cut = fastest / ratio
+    cap = max(r["epochs"] for r in recipes) * data["train_size"]
+    trials = [[trial_row(r, s, cut) for r in recipes] for s in range(seeds)]  # [seed][recipe]
+    rng = np.random.default_rng(seed)
+    per = {a: {"miss": [], "regret": [], "top3": []} for a in ARMS}
+    skipped = 0
+    for _ in range(searches):
+        order = [int(i) for i in rng.permutation(n)[:min(TRIALS, n)]]
+        rows = [trials[int(s)][i] for i, s in enumerate(rng.integers(seeds, size=n))]
+        t = truth[order]
+        if not np.isfinite(t).any():
+            skipped += 1
+            continue
+        best = float(t.min())
+        for a in ARMS:
+            s = arm_scores(rows, a, order, cut, target, data["predict"], cap)
+            ranked = sorted(order, key=lambda i: s[i])
+            per[a]["miss"].append(not math.isfinite(truth[ranked[0]]))
+            per[a]["regret"].append(truth[ranked[0]] / best)
+            per[a]["top3"].append(min(truth[i] for i in ranked[:3]) <= 1.1 * best)
+    out = {"target": target, "ratio": ratio, "cut": cut, "fastest": fastest, "reached": int(reach.sum()), "n": n,
+           "skipped": skipped, "searches": searches,
+           "ceiling": ranking.spearman(truth[reach], truth[reach]) if reach.sum() > 2 else math.nan}
+    for a in ARMS:  # over all recipes, each trial's seed in turn, averaged
+        whole = [arm_scores(trials[s], a, list(range(n)), cut, target, data["predict"], cap) for s in range(seeds)]
+        scores = [np.array([w[i] for i in range(n)]) for w in whole]
+        done = per[a]["regret"]
+        out[a] = {"miss": statistics.fmean(per[a]["miss"]) if done else math.nan,
+                  "regret": ranking.rank_quantile(done, 0.5) if done else math.nan,
+                  "regret90": ranking.rank_quantile(done, 0.9) if done else math.nan,
+                  "top3": statistics.fmean(per[a]["top3"]) if done else math.nan,
+                  "rho": _mean([ranking.spearman(s[reach], truth[reach]) for s in scores]),
+                  "auc": _mean([ranking.auc(list(reach), list(s)) for s in scores])}
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(known) if known else math.nan
+
+
+def seed_spread(data: dict, target: float) -> tuple[float, int]:
+    """The median over reached recipes of (max / min) samples to `target` over their seeds, and how many."""
+    spreads = []
+    for r in data["recipes"]:
+        s = [samples_to(c, target) for c in r["full"]]
+        if all(math.isfinite(x) for x in s):
+            spreads.append(max(s) / min(s))
+    return (statistics.median(spreads) if spreads else math.nan), len(spreads)
+
+
+def table(results: list[dict]) -> list[str]:
+    from long_job_ranking import fmt
+
+    out = ["| target | ratio (cut, samples) | reach | arm | first-pick miss | median regret | 90th pct regret | "
+           "top-3 within 1.1x | rho reached (ceiling) | AUC |", "|" + "---|" * 10]
+    for r in results:
+        for a in ARMS:
+            c = r[a]
+            out.append(f"| {r['target']} | {r['ratio']}x ({r['cut']:.0f}) | {r['reached']}/{r['n']} | {a} | "
+                       f"{fmt(c['miss'], True)} | {fmt(c['regret'])} | {fmt(c['regret90'])} | {fmt(c['top3'], True)} | "
+                       f"{fmt(c['rho'])} ({fmt(r['ceiling'])}) | {fmt(c['auc'])} |")
+    return out
+
+
+def goals(results: list[dict]) -> list[str]:
+    """Issue 43's E2/E3 goals, each arm at the space's target: met or not, counted from the rows."""
+    out = ["## Goals (issue 43, E2/E3) at the space's target", ""]
+    for r in [r for r in results if r["target"] == TARGETS[0]]:
+        miss_max, regret_max = GOALS[r["ratio"]]
+        metric = r["metric"]
+        for a in ARMS:
+            c = r[a]
+            checks = [(f"first-pick miss {c['miss']:.0%} <= {miss_max:.0%}", c["miss"] <= miss_max),
+                      (f"median regret {c['regret']:.2f} <= {regret_max}", c["regret"] <= regret_max),
+                      (f"rho {c['rho']:.2f} >= 0.8 over {r['reached']} >= 15 reached",
+                       c["rho"] >= 0.8 and r["reached"] >= 15)]
+            if a != "metric":
+                checks.append((f"never worse than the metric at the cut (miss {c['miss']:.0%} vs {metric['miss']:.0%},"
+                               f" median regret {c['regret']:.2f} vs {metric['regret']:.2f})",
+                               c["miss"] <= metric["miss"] + 0.01 and c["regret"] <= metric["regret"] + 1e-9))
+            out.append(f"- {r['ratio']}x, {a}: " + "; ".join(
+                f"{text}: {'met' if ok else 'NOT met'}" for text, ok in checks) + ".")
+    return out
+
+
+def run_analysis(args) -> None:
+    data = json.loads(Path(args.curves).read_text())
+    results = []
+    for target in TARGETS:
+        for ratio in RATIOS:
+            r = condition(data, target, ratio, args.searches, args.seed)
+            results.append(r)
+            print(f"{target} {ratio}x: " + ", ".join(f"{a} miss {r[a]['miss']:.0%}" for a in ARMS), flush=True)
+    spread, count = seed_spread(data, TARGETS[0])
+    n = len(data["recipes"])
+    matched = sum(r["prefix_match"] for r in data["recipes"])
+    head = [f"Curves: `{shown(args.curves)}` ({n} recipes drawn from `{data['space']}`, {data['seeds']} seeds each, "
+            f"mnist1d {data['workload_options']}, one torch thread; its header names the commit and machine that "
+            f"trained them). Truth: samples to the target, the median over seeds (inf where most seeds never reach "
+            f"it within the recipe's {data['recipes'][0]['epochs']:g} epochs). Trials: the first evaluations of a "
+            f"run of the same recipe and seed, cut at 1/20 or 1/50 of the fastest recipe's samples to the target; "
+            f"a wsd trial's cooldown branch ({data['cooldown_fraction']:.0%} of its steps, LR to 0) at its last "
+            f"evaluation before the cut gives 'horizon branch' its decay factor. {args.searches} simulated "
+            f"searches of {TRIALS} recipes per row (seed {args.seed}), each trial one of the recipe's seeds at random "
+            "(that seed is also one of the truth's: the truth is not independent of the trial); regret = the first "
+            "pick's true samples to target / the search's best (inf: it never reaches).",
+            "",
+            f"Seed spread at {TARGETS[0]}: the median over the {count} recipes whose seeds all reach of max/min samples "
+            f"to target is {spread:.2f}x. The trial run repeated the full run's evaluations exactly for {matched} of "
+            f"{n} recipes (deterministic for a seed)."]
+    skipped = [r for r in results if r["skipped"]]
+    notes = ([f"Searches left out (no recipe among the {TRIALS} reaches): " + ", ".join(
+        f"{r['target']} / {r['ratio']}x: {r['skipped']}" for r in skipped) + f" of {args.searches}."] if skipped else [])
+    text = results_header("Long-job benchmark: ranking trials at 20x and 50x horizon ratios, measured truth") + \
+        "\n".join([*head, "", *table(results), "", *notes, "", *goals(results)]) + "\n"
+    print(text)
+    write_results(args.out, text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("curves", "analysis", "all"), default="all")
+    parser.add_argument("--recipes", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0, help="the recipes' draw and the simulated searches")
+    parser.add_argument("--stop", type=float, default=STOP_ACCURACY, help="full runs stop at this accuracy")
+    parser.add_argument("--epochs", type=float, default=None, help="override the space's epochs (the quick pass)")
+    parser.add_argument("--num-samples", type=int, default=None, help="override mnist1d's (the quick pass)")
+    parser.add_argument("--searches", type=int, default=2000, help="simulated 12-trial searches per row")
+    parser.add_argument("--curves", default=CURVES)
+    parser.add_argument("--out", default=f"{RESULTS}/long_job_bench.md")
+    args = parser.parse_args()
+    if args.part in ("curves", "all"):
+        run_curves(args)
+    if args.part in ("analysis", "all"):
+        run_analysis(args)
+
+
+if __name__ == "__main__":
+    main()
