@@ -96,24 +96,24 @@ def run_curves(args) -> None:
     train_size = len(workload.train_y)
     drawn = draw_recipes(spec, args.recipes, args.seed)[1:]  # its baseline is not one of the space's recipes
     rows = []
-    if True:  # no CPU lock: nothing is timed (samples, not seconds)
-        for d in drawn:
-            recipe = d["recipe"].model_copy(update={"epochs": args.epochs} if args.epochs else {})
-            curves = [full_run(recipe, workload, s, args.stop) for s in range(args.seeds)]
-            rows.append({"label": d["label"], "params": d["params"], "schedule": recipe.schedule,
-                         "epochs": recipe.epochs, "decay_fraction": recipe.decay_fraction, "full": curves})
-            print(f"{d['label']} {d['params']}: samples to {spec.resolved_target.value} "
-                  f"{[samples_to(c, spec.resolved_target.value) for c in curves]}", flush=True)
-        fastest = min(recipe_truth([samples_to(c, max(TARGETS)) for c in r["full"]]) for r in rows)
-        if not math.isfinite(fastest):  # nothing reached (a quick pass): the window is one epoch
-            fastest = 20 * train_size
-        window = fastest / min(RATIOS)
-        for d, row in zip(drawn, rows):
-            recipe = d["recipe"].model_copy(update={"epochs": row["epochs"]})
-            row["trial"] = [trial_run(recipe, workload, s, window, train_size) for s in range(args.seeds)]
-            row["prefix_match"] = all(prefix_match(t, f) for t, f in zip(row["trial"], row["full"]))
-            print(f"{row['label']}: trial runs to {window:.0f} samples, prefix match {row['prefix_match']}",
-                  flush=True)
+    # no CPU lock: nothing is timed (samples, not seconds)
+    for d in drawn:
+        recipe = d["recipe"].model_copy(update={"epochs": args.epochs} if args.epochs else {})
+        curves = [full_run(recipe, workload, s, args.stop) for s in range(args.seeds)]
+        rows.append({"label": d["label"], "params": d["params"], "schedule": recipe.schedule,
+                     "epochs": recipe.epochs, "decay_fraction": recipe.decay_fraction, "full": curves})
+        print(f"{d['label']} {d['params']}: samples to {args.targets[0]} "
+              f"{[samples_to(c, args.targets[0]) for c in curves]}", flush=True)
+    fastest = min(recipe_truth([samples_to(c, max(args.targets)) for c in r["full"]]) for r in rows)
+    if not math.isfinite(fastest):  # nothing reached (a quick pass): the window is one epoch
+        fastest = 20 * train_size
+    window = fastest / min(RATIOS)
+    for d, row in zip(drawn, rows):
+        recipe = d["recipe"].model_copy(update={"epochs": row["epochs"]})
+        row["trial"] = [trial_run(recipe, workload, s, window, train_size) for s in range(args.seeds)]
+        row["prefix_match"] = all(prefix_match(t, f) for t, f in zip(row["trial"], row["full"]))
+        print(f"{row['label']}: trial runs to {window:.0f} samples, prefix match {row['prefix_match']}",
+              flush=True)
     write_results(args.curves, json.dumps({
         "provenance": provenance(), "space": SPACE, "workload_options": options, "train_size": train_size,
         "stop_accuracy": args.stop, "seeds": args.seeds, "window_samples": window, "torch_threads": 1,
@@ -143,15 +143,24 @@ def trial_row(row: dict, seed: int, cut: float) -> dict:
     return out
 
 
-def arm_scores(rows: list[dict], arm: str, order: list[int], cut: float, target: float, predict: dict,
-               cap: float) -> dict[int, float]:
-    """index -> the arm's objective for the trials `rows` (in the search's `order`)."""
+FIXED = ("metric", "previous")  # arms that score each trial alone (the horizon arms pool the search's exponents)
+
+
+def fixed_scores(rows: list[dict], arm: str, cut: float, target: float, predict: dict, cap: float) -> list[float]:
+    """The arm's objective of each trial in `rows`, alone."""
     import long_job_ranking as ranking
 
     if arm == "metric":
-        return {i: ranking.metric_score(rows[i], cut, target) for i in order}
-    if arm == "previous":
-        return {i: ranking.previous_score(rows[i], cut, target, predict, cap) for i in order}
+        return [ranking.metric_score(r, cut, target) for r in rows]
+    return [ranking.previous_score(r, cut, target, predict, cap) for r in rows]
+
+
+def horizon_scores(rows: list[dict], arm: str, order: list[int], cut: float, target: float,
+                   cap: float) -> dict[int, float]:
+    """index -> horizon.py's objective for the trials `rows` in the search's `order`, with each wsd trial's own
+    cooldown branch ('horizon branch') or the typical factor ('horizon 0.71')."""
+    import long_job_ranking as ranking
+
     view = rows if arm == "horizon branch" else [{k: v for k, v in r.items() if k != "cooldown"} for r in rows]
     return {i: s for i, (s, _) in ranking.horizon_scores(view, order, cut, target, cap).items()}
 
@@ -164,22 +173,26 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
     truth = np.array([recipe_truth([samples_to(c, target) for c in r["full"]]) for r in recipes])
     reach = np.isfinite(truth)
     fastest = float(truth.min())
-    cut = fastest / ratio
+    # at least every trial's first evaluation (binds only on tiny runs: the quick pass)
+    cut = max(fastest / ratio, *(t[0][0] for r in recipes for t in r["trial"]))
     cap = max(r["epochs"] for r in recipes) * data["train_size"]
     trials = [[trial_row(r, s, cut) for r in recipes] for s in range(seeds)]  # [seed][recipe]
+    fixed = {a: [fixed_scores(t, a, cut, target, data["predict"], cap) for t in trials] for a in FIXED}
     rng = np.random.default_rng(seed)
     per = {a: {"miss": [], "regret": [], "top3": []} for a in ARMS}
     skipped = 0
     for _ in range(searches):
         order = [int(i) for i in rng.permutation(n)[:min(TRIALS, n)]]
-        rows = [trials[int(s)][i] for i, s in enumerate(rng.integers(seeds, size=n))]
+        picked = [int(s) for s in rng.integers(seeds, size=n)]  # each recipe's trial: one of its seeds
+        rows = [trials[s][i] for i, s in enumerate(picked)]
         t = truth[order]
         if not np.isfinite(t).any():
             skipped += 1
             continue
         best = float(t.min())
         for a in ARMS:
-            s = arm_scores(rows, a, order, cut, target, data["predict"], cap)
+            s = ({i: fixed[a][picked[i]][i] for i in order} if a in FIXED
+                 else horizon_scores(rows, a, order, cut, target, cap))
             ranked = sorted(order, key=lambda i: s[i])
             per[a]["miss"].append(not math.isfinite(truth[ranked[0]]))
             per[a]["regret"].append(truth[ranked[0]] / best)
@@ -188,7 +201,8 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
            "skipped": skipped, "searches": searches,
            "ceiling": ranking.spearman(truth[reach], truth[reach]) if reach.sum() > 2 else math.nan}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged
-        whole = [arm_scores(trials[s], a, list(range(n)), cut, target, data["predict"], cap) for s in range(seeds)]
+        whole = [fixed[a][s] if a in FIXED else horizon_scores(trials[s], a, list(range(n)), cut, target, cap)
+                 for s in range(seeds)]
         scores = [np.array([w[i] for i in range(n)]) for w in whole]
         done = per[a]["regret"]
         out[a] = {"miss": statistics.fmean(per[a]["miss"]) if done else math.nan,
@@ -215,6 +229,26 @@ def seed_spread(data: dict, target: float) -> tuple[float, int]:
     return (statistics.median(spreads) if spreads else math.nan), len(spreads)
 
 
+def branch_factors(data: dict, results: list[dict]) -> list[str]:
+    """The cooldown branches' decay factors (error after / error where it branched) of the wsd trials at each cut
+    of the space's target: what 'horizon branch' uses instead of 0.71."""
+    out = []
+    for r in [r for r in results if r["target"] == results[0]["target"]]:
+        factors = []
+        for row in data["recipes"]:
+            for s in range(data["seeds"]):
+                t = trial_row(row, s, r["cut"])
+                if row["schedule"] == "wsd" and "cooldown" in t:
+                    _, before, after = t["cooldown"]
+                    factors.append((1 - after) / max(1 - before, 1e-12))
+        if factors:
+            q = statistics.quantiles(factors, n=4, method="inclusive") if len(factors) > 1 else [factors[0]] * 3
+            out.append(f"- {r['ratio']}x (cut at {r['cut']:.0f} samples): {len(factors)} wsd trials' branches, "
+                       f"factor median {q[1]:.2f} (quartiles {q[0]:.2f}-{q[2]:.2f}, range {min(factors):.2f}-"
+                       f"{max(factors):.2f}), against the typical 0.71.")
+    return ["Cooldown branches at the space's target's cuts:", "", *out] if out else []
+
+
 def table(results: list[dict]) -> list[str]:
     from long_job_ranking import fmt
 
@@ -230,22 +264,29 @@ def table(results: list[dict]) -> list[str]:
 
 
 def goals(results: list[dict]) -> list[str]:
-    """Issue 43's E2/E3 goals, each arm at the space's target: met or not, counted from the rows."""
-    out = ["## Goals (issue 43, E2/E3) at the space's target", ""]
-    for r in [r for r in results if r["target"] == TARGETS[0]]:
+    """Issue 43's E2/E3 goals, each arm at each target: met or not, counted from the rows."""
+    from long_job_ranking import fmt
+
+    out = ["## Goals (issue 43, E2/E3), the space's target first", ""]
+    for r in results:
+        if not r["searches"] - r["skipped"]:
+            out.append(f"- {r['target']}, {r['ratio']}x: not measured (no simulated search had a recipe that "
+                       "reaches).")
+            continue
         miss_max, regret_max = GOALS[r["ratio"]]
         metric = r["metric"]
         for a in ARMS:
             c = r[a]
-            checks = [(f"first-pick miss {c['miss']:.0%} <= {miss_max:.0%}", c["miss"] <= miss_max),
-                      (f"median regret {c['regret']:.2f} <= {regret_max}", c["regret"] <= regret_max),
-                      (f"rho {c['rho']:.2f} >= 0.8 over {r['reached']} >= 15 reached",
+            checks = [(f"first-pick miss {fmt(c['miss'], True)} <= {miss_max:.0%}", c["miss"] <= miss_max),
+                      (f"median regret {fmt(c['regret'])} <= {regret_max}", c["regret"] <= regret_max),
+                      (f"rho {fmt(c['rho'])} >= 0.8 over {r['reached']} >= 15 reached recipes",
                        c["rho"] >= 0.8 and r["reached"] >= 15)]
             if a != "metric":
-                checks.append((f"never worse than the metric at the cut (miss {c['miss']:.0%} vs {metric['miss']:.0%},"
-                               f" median regret {c['regret']:.2f} vs {metric['regret']:.2f})",
+                checks.append((f"never worse than the metric at the cut (miss {fmt(c['miss'], True)} vs "
+                               f"{fmt(metric['miss'], True)}, median regret {fmt(c['regret'])} vs "
+                               f"{fmt(metric['regret'])})",
                                c["miss"] <= metric["miss"] + 0.01 and c["regret"] <= metric["regret"] + 1e-9))
-            out.append(f"- {r['ratio']}x, {a}: " + "; ".join(
+            out.append(f"- {r['target']}, {r['ratio']}x, {a}: " + "; ".join(
                 f"{text}: {'met' if ok else 'NOT met'}" for text, ok in checks) + ".")
     return out
 
@@ -253,12 +294,12 @@ def goals(results: list[dict]) -> list[str]:
 def run_analysis(args) -> None:
     data = json.loads(Path(args.curves).read_text())
     results = []
-    for target in TARGETS:
+    for target in args.targets:
         for ratio in RATIOS:
             r = condition(data, target, ratio, args.searches, args.seed)
             results.append(r)
             print(f"{target} {ratio}x: " + ", ".join(f"{a} miss {r[a]['miss']:.0%}" for a in ARMS), flush=True)
-    spread, count = seed_spread(data, TARGETS[0])
+    spread, count = seed_spread(data, args.targets[0])
     n = len(data["recipes"])
     matched = sum(r["prefix_match"] for r in data["recipes"])
     head = [f"Curves: `{shown(args.curves)}` ({n} recipes drawn from `{data['space']}`, {data['seeds']} seeds each, "
@@ -272,14 +313,15 @@ def run_analysis(args) -> None:
             "(that seed is also one of the truth's: the truth is not independent of the trial); regret = the first "
             "pick's true samples to target / the search's best (inf: it never reaches).",
             "",
-            f"Seed spread at {TARGETS[0]}: the median over the {count} recipes whose seeds all reach of max/min samples "
-            f"to target is {spread:.2f}x. The trial run repeated the full run's evaluations exactly for {matched} of "
-            f"{n} recipes (deterministic for a seed)."]
+            f"Seed spread at {args.targets[0]}: the median over the {count} recipes whose seeds all reach of max/min "
+            f"samples to target is {spread:.2f}x. The trial run repeated the full run's evaluations exactly for "
+            f"{matched} of {n} recipes (deterministic for a seed)."]
     skipped = [r for r in results if r["skipped"]]
-    notes = ([f"Searches left out (no recipe among the {TRIALS} reaches): " + ", ".join(
-        f"{r['target']} / {r['ratio']}x: {r['skipped']}" for r in skipped) + f" of {args.searches}."] if skipped else [])
+    notes = [f"Searches left out (no recipe among the {TRIALS} reaches): " + ", ".join(
+        f"{r['target']} / {r['ratio']}x: {r['skipped']}" for r in skipped) + f" of {args.searches}."] if skipped else []
+    body = [*head, "", *table(results), "", *notes, "", *branch_factors(data, results), "", *goals(results)]
     text = results_header("Long-job benchmark: ranking trials at 20x and 50x horizon ratios, measured truth") + \
-        "\n".join([*head, "", *table(results), "", *notes, "", *goals(results)]) + "\n"
+        "\n".join(body) + "\n"
     print(text)
     write_results(args.out, text)
 
@@ -291,6 +333,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="the recipes' draw and the simulated searches")
     parser.add_argument("--stop", type=float, default=STOP_ACCURACY, help="full runs stop at this accuracy")
+    parser.add_argument("--targets", type=float, nargs="+", default=TARGETS,
+                        help="targets analysed, the space's first (at most --stop)")
     parser.add_argument("--epochs", type=float, default=None, help="override the space's epochs (the quick pass)")
     parser.add_argument("--num-samples", type=int, default=None, help="override mnist1d's (the quick pass)")
     parser.add_argument("--searches", type=int, default=2000, help="simulated 12-trial searches per row")
