@@ -165,8 +165,23 @@ def horizon_scores(rows: list[dict], arm: str, order: list[int], cut: float, tar
     return {i: s for i, (s, _) in ranking.horizon_scores(view, order, cut, target, cap).items()}
 
 
+def assumed(rows: list[dict], order: list[int], cut: float, target: float) -> set[int]:
+    """The trials of a search that horizon.py scores with its DEFAULT_EXPONENT: neither their own curve nor any
+    trial before them in `order` gave an exponent."""
+    import long_job_ranking as ranking
+
+    out, seen = set(), False
+    for i in order:
+        seen = seen or (ranking.horizon_cut(rows[i], cut, target).exponent or 0) > 0
+        if not seen:
+            out.add(i)
+    return out
+
+
 def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -> dict:
     import long_job_ranking as ranking
+
+    from autospeed import horizon
 
     recipes = data["recipes"]
     n, seeds = len(recipes), data["seeds"]
@@ -180,7 +195,7 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
     fixed = {a: [fixed_scores(t, a, cut, target, data["predict"], cap) for t in trials] for a in FIXED}
     rng = np.random.default_rng(seed)
     per = {a: {"miss": [], "regret": [], "top3": []} for a in ARMS}
-    skipped = 0
+    skipped = departs = default = 0  # horizon 0.71's first pick unlike the metric's; of those, scored by default
     for _ in range(searches):
         order = [int(i) for i in rng.permutation(n)[:min(TRIALS, n)]]
         picked = [int(s) for s in rng.integers(seeds, size=n)]  # each recipe's trial: one of its seeds
@@ -190,15 +205,21 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             skipped += 1
             continue
         best = float(t.min())
+        firsts = {}
         for a in ARMS:
             s = ({i: fixed[a][picked[i]][i] for i in order} if a in FIXED
                  else horizon_scores(rows, a, order, cut, target, cap))
             ranked = sorted(order, key=lambda i: s[i])
+            firsts[a] = ranked[0]
             per[a]["miss"].append(not math.isfinite(truth[ranked[0]]))
             per[a]["regret"].append(truth[ranked[0]] / best)
             per[a]["top3"].append(min(truth[i] for i in ranked[:3]) <= 1.1 * best)
+        if firsts["horizon 0.71"] != firsts["metric"]:
+            departs += 1
+            default += firsts["horizon 0.71"] in assumed(rows, order, cut, target)
     out = {"target": target, "ratio": ratio, "cut": cut, "fastest": fastest, "reached": int(reach.sum()), "n": n,
-           "skipped": skipped, "searches": searches,
+           "skipped": skipped, "searches": searches, "departs": departs, "default": default,
+           "pooled": horizon.pooled([ranking.horizon_cut(r, cut, target).exponent for r in trials[0]]).mid,
            "ceiling": ranking.spearman(truth[reach], truth[reach]) if reach.sum() > 2 else math.nan}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged
         whole = [fixed[a][s] if a in FIXED else horizon_scores(trials[s], a, list(range(n)), cut, target, cap)
@@ -307,6 +328,8 @@ def lr_split(data: dict, target: float) -> str:
 
 def reading(data: dict, results: list[dict]) -> list[str]:
     """What the rows say across conditions, counted from them."""
+    from autospeed.horizon import DEFAULT_EXPONENT
+
     def same(a: str, b: str) -> int:  # rows where two arms' decision metrics are equal (nan: no search)
         keys = ("miss", "regret", "top3")
         return sum(all(r[a][k] == r[b][k] or math.isnan(r[a][k]) and math.isnan(r[b][k]) for k in keys)
@@ -324,6 +347,12 @@ def reading(data: dict, results: list[dict]) -> list[str]:
            f"- The reach / no-reach AUC is below 0.5 in {len(below)} of {len(results)} rows for the metric: at 1/20 "
            "or 1/50 of the fastest run, recipes that never reach the target tend to lead (short trials prefer too "
            f"high an LR, Bjorck et al. 2025); {lrs}."]
+    out.append("- Where horizon's first pick departs from the metric's, the pick was scored with horizon.py's "
+               "DEFAULT_EXPONENT (no trial before it in the search, nor its own curve, gave an exponent, so it is "
+               f"projected with exponent {DEFAULT_EXPONENT:g} while the trials' own pool to " + ", ".join(
+                   f"{r['pooled']:.2f}" for r in results) + " by row) in " + ", ".join(
+                   f"{r['default']} of {r['departs']}" for r in results) + " searches (rows in table order): such "
+               "a trial is projected to cross before the run's end and ranks above every censored one.")
     for ratio in RATIOS:
         rows = [r for r in results if r["ratio"] == ratio]
         worse = [r for r in rows if r["horizon branch"]["miss"] > r["metric"]["miss"] + 0.01]
