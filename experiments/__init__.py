@@ -293,6 +293,22 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         quick=("--searches", "20", "--out", "{out}/long_job_ranking.md"), quick_writes=("long_job_ranking.md",),
         measures=("autospeed/horizon.py", "autospeed/predict.py", "autospeed/outcome.py")),
     Experiment(
+        "long_job_bench", "long_job_bench.py",
+        "long jobs, measured truth (long_bench.yaml, 3 seeds, samples to target): decision metrics of four rankings "
+        "of trials cut at 20x and 50x horizon ratios over simulated 12-trial searches",
+        runs=(_r("--part", "curves", writes=("long_job_bench_curves.json",)),
+              _r("--part", "analysis", writes=("long_job_bench.md",),
+                 measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py"))),
+        # a tiny real run of both parts: 3 recipes, 2 seeds, 3 epochs of 3,200 samples, targets a few reach
+        quick=("--part", "all", "--recipes", "3", "--seeds", "2", "--epochs", "3", "--num-samples", "4000",
+               "--targets", "0.3", "0.25", "--stop", "0.3", "--searches", "20",
+               "--curves", "{out}/long_job_bench_curves.json", "--out", "{out}/long_job_bench.md"),
+        quick_writes=("long_job_bench.md", "long_job_bench_curves.json"),
+        # the curves are the trainer's (with its cooldown branch); the analysis ranks with horizon.py and predict.py
+        measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/space_sections.py", "autospeed/horizon.py",
+                  "autospeed/predict.py", "autospeed/outcome.py", "search_spaces/long_bench.yaml",
+                  "experiments/long_job.py")),
+    Experiment(
         "example", "example.py", "the README's examples as a user runs them: the 30-second smoke search, the main "
         "job (fast.yaml) and a long job, each in a new folder with an empty dataset cache",
         runs=(_r("--out", f"{RESULTS}/example_smoke.md", writes=("example_smoke.md",), measures=(SMOKE,)),

@@ -101,7 +101,7 @@ def horizon_cut(row: dict, budget: float, target: float):
     points = cut_points(row, budget)
     return horizon.cut_of([p[0] for p in points], [p[1] for p in points], [p[2] for p in points], target=target,
                           mode="max", run_epochs=row["epochs"], decay_epochs=decay_epochs(row),
-                          offset_seconds=row["compile_seconds"])
+                          offset_seconds=row["compile_seconds"], cooldown=row.get("cooldown"))
 
 
 def horizon_scores(rows: list[dict], order: list[int], budget: float, target: float, cap: float) -> dict[int, tuple]:
