@@ -40,7 +40,8 @@ from autospeed.predict import Prediction, none
 # experiments/results/long_job_curves*.json). The fallback for a trial without a cooldown branch of its own.
 COOLDOWN_ERROR_FACTOR = 0.71
 EXPONENT_KEY = "error_exponent"  # a trial's own exponent, in its reports and the search's ledger, for later trials
-# the exponent when neither this trial's curve nor any finished trial gives one (said in the note)
+# the pool's exponent when neither this trial's curve nor any finished trial gives one: its interval's centre only;
+# score() projects nothing from it (a trial is then ranked by its distance at the cut, as a censored one)
 DEFAULT_EXPONENT = 1.0
 TAIL_FROM = 0.5  # the exponent is fitted to the evaluations after this share of the cut's seconds
 MIN_TAIL_POINTS = 3
@@ -187,9 +188,11 @@ def crossing_seconds(cut: Cut, exponent: float) -> float:
 
 def score(cut: Cut, exponent: Exponent, cap_seconds: float) -> tuple[float, Prediction]:
     """(objective seconds, prediction) of a trial that has not reached, at equal horizon (module docstring)."""
-    from_pool = f"exponent {exponent.mid:.2g} pooled over {exponent.count} trials" if exponent.count else \
-        f"exponent {DEFAULT_EXPONENT:g} assumed (no curve gave one yet)"
+    from_pool = f"exponent {exponent.mid:.2g} pooled over {exponent.count} trials"
     censored = cap_seconds * (1.0 + cut.gap)
+    if not exponent.count:  # nothing measured gives an exponent yet: ranked by its distance at the cut, as censored
+        return censored, none("no exponent yet (neither its curve nor a finished trial's gave one): ranked by its "
+                              "distance to the target at the cut")
     if cut.ended:
         return censored, none(f"its schedule ended the run at {cut.run_end_seconds:.3g} s before the target")
     mid = crossing_seconds(cut, exponent.mid)

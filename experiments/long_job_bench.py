@@ -166,8 +166,8 @@ def horizon_scores(rows: list[dict], arm: str, order: list[int], cut: float, tar
 
 
 def assumed(rows: list[dict], order: list[int], cut: float, target: float) -> set[int]:
-    """The trials of a search that horizon.py scores with its DEFAULT_EXPONENT: neither their own curve nor any
-    trial before them in `order` gave an exponent."""
+    """The trials of a search that horizon.py scores before any exponent exists: neither their own curve nor any
+    trial before them in `order` gave one."""
     import long_job_ranking as ranking
 
     out, seen = set(), False
@@ -328,8 +328,6 @@ def lr_split(data: dict, target: float) -> str:
 
 def reading(data: dict, results: list[dict]) -> list[str]:
     """What the rows say across conditions, counted from them."""
-    from autospeed.horizon import DEFAULT_EXPONENT
-
     def same(a: str, b: str) -> int:  # rows where two arms' decision metrics are equal (nan: no search)
         keys = ("miss", "regret", "top3")
         return sum(all(r[a][k] == r[b][k] or math.isnan(r[a][k]) and math.isnan(r[b][k]) for k in keys)
@@ -347,12 +345,11 @@ def reading(data: dict, results: list[dict]) -> list[str]:
            f"- The reach / no-reach AUC is below 0.5 in {len(below)} of {len(results)} rows for the metric: at 1/20 "
            "or 1/50 of the fastest run, recipes that never reach the target tend to lead (short trials prefer too "
            f"high an LR, Bjorck et al. 2025); {lrs}."]
-    out.append("- Where horizon's first pick departs from the metric's, the pick was scored with horizon.py's "
-               "DEFAULT_EXPONENT (no trial before it in the search, nor its own curve, gave an exponent, so it is "
-               f"projected with exponent {DEFAULT_EXPONENT:g} while the trials' own pool to " + ", ".join(
-                   f"{r['pooled']:.2f}" for r in results) + " by row) in " + ", ".join(
-                   f"{r['default']} of {r['departs']}" for r in results) + " searches (rows in table order): such "
-               "a trial is projected to cross before the run's end and ranks above every censored one.")
+    out.append("- Searches where horizon's first pick departs from the metric's, and of them those where the pick "
+               "was a trial scored before any curve gave an exponent (horizon.py then ranks it by its distance at the "
+               "cut, as a censored one; the trials' own exponents pool to " + ", ".join(
+                   f"{r['pooled']:.2f}" for r in results) + " by row): " + ", ".join(
+                   f"{r['default']} of {r['departs']}" for r in results) + " (rows in table order).")
     for ratio in RATIOS:
         rows = [r for r in results if r["ratio"] == ratio]
         worse = [r for r in rows if r["horizon branch"]["miss"] > r["metric"]["miss"] + 0.01]

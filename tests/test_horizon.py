@@ -153,3 +153,17 @@ def test_a_curve_that_barely_falls_projects_its_crossing_past_the_run_instead_of
     assert math.isinf(horizon.crossing_seconds(cut, 0.001))
     objective, prediction = horizon.score(cut, horizon.pooled([0.001]), cap_seconds=12.0)
     assert objective == pytest.approx(12.0 * 1.5) and prediction.seconds is None
+
+
+def test_before_any_curve_gives_an_exponent_a_trial_is_ranked_by_its_distance_not_projected():
+    """The first trials of a search, whose own curves are too short or flat for an exponent and with no finished
+    trial's to pool, get no prediction: they rank among the censored by their distance at the cut, never above a
+    trial the pool projects to reach (they were projected with an assumed exponent of 1 before, and jumped above
+    every censored trial: experiments/results/long_job_bench.md)."""
+    flat = np.full_like(T, 0.95)  # no fall: no exponent of its own
+    first = report(flat)
+    assert first["tta_source"] != "predicted" and "no exponent yet" in first["tta_note"], first["tta_note"]
+    closer = report(np.full_like(T, 0.96))
+    assert closer["objective"] < first["objective"]  # the metric's order among them
+    projected = report(accuracy(0.05), pool=[0.9, 1.0, 1.1])
+    assert projected["tta_source"] == "predicted" and projected["objective"] < closer["objective"]
