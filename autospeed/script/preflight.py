@@ -16,6 +16,7 @@ import os
 import sys
 
 from autospeed.errors import UserError
+from autospeed.script.channel import WORKDIR
 from autospeed.script.knob_view import HELPER_OF
 from autospeed.script.runner import preflight_knobs
 
@@ -26,7 +27,7 @@ def check_script_reads(spec, space_path: str, console=sys.stdout):
     from autospeed.space import _check_layers
 
     script = spec.workload_options["script"]
-    spec = spec.model_copy(update={"script_workdir": spec.script_workdir or os.getcwd()})
+    spec = spec.model_copy(update={"script_workdir": spec.script_workdir or os.environ.get(WORKDIR) or os.getcwd()})
     layers = {**spec.base(), **spec.fixed}
     print(f"preflight: running {script} to its first optimizer step", file=console, flush=True)
     run = preflight_knobs(spec.recipe_for({}), layers)

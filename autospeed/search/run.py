@@ -6,6 +6,7 @@ The CLI and the experiments call `run_search` and only read its outcome.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import uuid
@@ -115,19 +116,44 @@ def _run_search(asked: _Asked, client, uri: str, root: Path, wall_start: float) 
     """The pipeline, under the search's lock."""
     state = resume_state(asked.spec, asked.storage_path, asked.trials, asked.space_path, asked.console) \
         if asked.resume else None
-    spec = _preflight(asked, state)
-    plan = _start_ray(spec, asked, state, root)
-    session, explored_before = _open_session(spec, asked, state, client, root, plan)
-    outcome = SearchOutcome(spec.name, session.search_id, session.parent_id, session.search_dir, uri, [], False,
-                            None, 0.0)
-    outcome.phase_seconds["start-up (data, Ray, tracking)"] = time.perf_counter() - wall_start
-    with StopsLikeCtrlC() as signals, _closed_however_it_ends(spec, session):
-        explored = _explore(spec, session, plan, outcome, explored_before)
-        signals.restore_sigint()
-        _finish(spec, session, outcome, explored)
+    with _script_folder(asked.spec, state):
+        spec = _preflight(asked, state)
+        plan = _start_ray(spec, asked, state, root)
+        session, explored_before = _open_session(spec, asked, state, client, root, plan)
+        outcome = SearchOutcome(spec.name, session.search_id, session.parent_id, session.search_dir, uri, [], False,
+                                None, 0.0)
+        outcome.phase_seconds["start-up (data, Ray, tracking)"] = time.perf_counter() - wall_start
+        with StopsLikeCtrlC() as signals, _closed_however_it_ends(spec, session):
+            explored = _explore(spec, session, plan, outcome, explored_before)
+            signals.restore_sigint()
+            _finish(spec, session, outcome, explored)
     outcome.wall_seconds = time.perf_counter() - wall_start
     outcome.phase_seconds["export and close"] = outcome.wall_seconds - sum(outcome.phase_seconds.values())
     return outcome
+
+
+@contextlib.contextmanager
+def _script_folder(spec: SearchSpec, state: dict[str, Any] | None):
+    """A script search starts its script in the folder the search was first started from, a resumed one too,
+    wherever it is resumed from: the preflight, confirmation and ablation (this process and the fresh ones it
+    starts) through the environment set here, restored after; the trials through search/trainable.py (Ray moves
+    each into its trial folder)."""
+    if not is_script(spec.workload):
+        yield
+        return
+    from autospeed.script import channel
+
+    folder = (state["spec"].get("script_workdir") if state is not None else None) or spec.script_workdir \
+        or os.getcwd()
+    before = os.environ.get(channel.WORKDIR)
+    os.environ[channel.WORKDIR] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(channel.WORKDIR, None)
+        else:
+            os.environ[channel.WORKDIR] = before
 
 
 def _preflight(asked: _Asked, state: dict[str, Any] | None) -> SearchSpec:

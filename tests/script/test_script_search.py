@@ -202,7 +202,12 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     search.reap()  # Ray's processes of the dead search, if any were left
 
     (gate / "go").touch()
-    resumed = autospeed(*args, *script_args, cwd=tmp_path, env=cli_env())  # the same command
+    # the same command, from another folder (the script named by its absolute path): the script still starts in the
+    # folder the search started from, its preflight and its trials alike, where it finds its relative data.txt
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = autospeed(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--resume"), *script_args,
+                        cwd=elsewhere, env=cli_env())
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert not error_lines(resumed.stderr), resumed.stderr
     first = search.stdout
