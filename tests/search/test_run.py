@@ -106,7 +106,7 @@ def test_optuna_study_is_readable(finished_search):
 
 def test_export_then_train_round_trips(finished_search, tmp_path):
     out = tmp_path / "best.yaml"
-    proc = finished_search.cli("export", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
+    proc = finished_search.main("export", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
                                "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     best = yaml.safe_load(out.read_text())
