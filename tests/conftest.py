@@ -237,6 +237,15 @@ class FinishedSearch:
         return subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=self.folder, env=self.env,
                               capture_output=True, text=True, timeout=timeout)
 
+    def main(self, *args: str) -> subprocess.CompletedProcess:
+        """`autospeed ARGS` as .cli runs it, its main() in this process (cli_in_process): for commands that
+        never train (export, report), less a Python start-up each."""
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(self.folder)
+            mp.syspath_prepend(str(self.folder))  # the search's plugin workload imports, as on PYTHONPATH
+            mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+            return _main_in_process(*args)
+
 
 @pytest.fixture(scope="session")
 def finished_search(tmp_path_factory, new_store) -> FinishedSearch:

@@ -8,7 +8,7 @@ import pytest
 
 from autospeed.cli import main
 
-from .conftest import autospeed, cli_env, error_lines, search_runs
+from .conftest import error_lines, search_runs
 
 GOOD = """\
 name: bad
@@ -110,12 +110,13 @@ def test_good_file_validates(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("case", ["yaml-syntax", "unknown-key", "plugin-does-not-import"])
-def test_search_rejects_before_anything_runs(tmp_path, case):
+def test_search_rejects_before_anything_runs(tmp_path, case, cli_in_process, monkeypatch):
     text = dict((c[0], c[1]) for c in CASES)[case]
     space = tmp_path / "space.yaml"
     space.write_text(text)
-    p = autospeed("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
-                  "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=120)
+    monkeypatch.chdir(tmp_path)  # the CLI's main() in this process: it never gets as far as Ray
+    p = cli_in_process("search", "--space", str(space), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                       "--storage-path", str(tmp_path / "store"))
     assert p.returncode == 2, p.stderr
     assert len(error_lines(p.stderr)) == 1 and "Traceback" not in p.stderr, p.stderr
     assert str(space) in error_lines(p.stderr)[0]
@@ -165,13 +166,14 @@ def test_validate_rejects_bad_workers_with_one_line(tmp_path, capsys, text, word
     test_validate_rejects_with_one_line(tmp_path, capsys, text, words)
 
 
-def test_search_rejects_more_workers_than_a_trial_has_cores(tmp_path):
+def test_search_rejects_more_workers_than_a_trial_has_cores(tmp_path, cli_in_process, monkeypatch):
     space = tmp_path / "space.yaml"
     space.write_text(GOOD.replace("baseline:", "resources: {cpus_per_trial: 1}\nbaseline:")
                      + "  workers: {choice: [1, 2]}\n")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    p = autospeed("search", "--space", str(space), "--tracking-uri", uri,
-                  "--storage-path", str(tmp_path / "store"), cwd=tmp_path, env=cli_env(), timeout=180)
+    monkeypatch.chdir(tmp_path)
+    p = cli_in_process("search", "--space", str(space), "--tracking-uri", uri,
+                       "--storage-path", str(tmp_path / "store"))
     assert p.returncode == 2, p.stderr
     lines = error_lines(p.stderr)
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr

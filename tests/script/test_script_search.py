@@ -3,7 +3,9 @@ best.yaml -- ARGS` end to end (docs/design.md "User scripts"), run as a user run
 on the tiny script of tests/script/conftest.py (flags in its docstring).
 
 Each search costs a Python and a Ray start-up (about 25 s on 2 busy cores): a test runs one, and checks
-everything a user would look at after it (exit code, output, the MLflow runs, the exported recipe)."""
+everything a user would look at after it (exit code, output, the MLflow runs, the exported recipe). Bad input
+that stops a search before Ray starts (the script's preflight, its path, its arguments) runs the CLI's main() in
+this process (tests/conftest.py cli_in_process), less a Python start-up per case."""
 
 from __future__ import annotations
 
@@ -56,6 +58,15 @@ def _search(folder: Path, uri: str, space: Path, *extra: str) -> list[str]:
     return ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(folder / "store"), *extra]
 
 
+@pytest.fixture
+def in_folder(tmp_path, monkeypatch, cli_in_process):
+    """in_folder(*args) -> `autospeed ARGS`'s CompletedProcess, main() run in this process from tmp_path with the
+    CLI's environment (no MLFLOW_TRACKING_URI): for a search that stops before Ray starts."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return cli_in_process
+
+
 def _observed_pids(observe: Path) -> set[int]:
     """The processes that wrote a line to the tiny script's --observe file (one line per optimizer step)."""
     if not observe.exists():
@@ -65,15 +76,14 @@ def _observed_pids(observe: Path) -> set[int]:
 
 # ---------------------------------------------------------------- stopped before any trial
 def test_a_searched_knob_the_script_never_reads_stops_the_search_before_any_trial(tmp_path, tiny_script,
-                                                                                  new_store):
+                                                                                  new_store, in_folder):
     """The script builds its own optimizer (--own-optimizer), so searching optimizer_impl would measure
     nothing: the search stops with exit 2 and one line on stderr naming the key and the helper that reads
     it; no trial ran, no run was created."""
     uri = new_store(tmp_path)
     space = _space(tmp_path, "unread", space={"batch_size": {"choice": [32, 64]},
                                               "optimizer_impl": {"choice": ["default", "foreach"]}})
-    p = autospeed(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--own-optimizer"),
-                  cwd=tmp_path, env=cli_env(), timeout=300)
+    p = in_folder(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--own-optimizer"))
     assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines == error_lines(p.stderr), p.stderr
@@ -83,7 +93,8 @@ def test_a_searched_knob_the_script_never_reads_stops_the_search_before_any_tria
 
 
 def test_a_missing_script_arguments_it_rejects_and_arguments_without_a_script_exit_2(tmp_path, tiny_script,
-                                                                                    new_store, write_recipe):
+                                                                                    new_store, write_recipe,
+                                                                                    in_folder):
     """Bad input, each one line and exit 2, before any trial: a script path that does not exist (named);
     arguments the script itself rejects (the script fails before its first optimizer step: the line says so
     and gives the command that shows why); arguments after -- with no --script, to search or train."""
@@ -91,14 +102,12 @@ def test_a_missing_script_arguments_it_rejects_and_arguments_without_a_script_ex
     space = _space(tmp_path, "bad")
 
     missing = tmp_path / "no_such_train.py"
-    p = autospeed(*_search(tmp_path, uri, space, "--script", str(missing)), cwd=tmp_path, env=cli_env(),
-                  timeout=120)
+    p = in_folder(*_search(tmp_path, uri, space, "--script", str(missing)))
     assert p.returncode == 2, p.stderr
     assert len(error_lines(p.stderr)) == 1 and "Traceback" not in p.stderr, p.stderr
     assert f"no such file: {missing}" in error_lines(p.stderr)[0]
 
-    p = autospeed(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--no-such-flag"),
-                  cwd=tmp_path, env=cli_env(), timeout=300)
+    p = in_folder(*_search(tmp_path, uri, space, "--script", str(tiny_script), "--", "--no-such-flag"))
     assert p.returncode == 2, p.stderr
     assert "unrecognized arguments: --no-such-flag" in p.stderr  # the script's own complaint, passed on
     [line] = error_lines(p.stderr)
@@ -109,7 +118,7 @@ def test_a_missing_script_arguments_it_rejects_and_arguments_without_a_script_ex
                            "target_accuracy": 0.9, "max_train_seconds": 5})
     for args in (_search(tmp_path, uri, space, "--", "--samples", "64"),
                  ["train", "--config", str(recipe), "--no-track", "--", "--samples", "64"]):
-        p = autospeed(*args, cwd=tmp_path, env=cli_env(), timeout=120)
+        p = in_folder(*args)
         assert p.returncode == 2, (args, p.stderr)
         [line] = error_lines(p.stderr)
         assert "arguments after -- (--samples 64) are for a script" in line and "--script" in line, line
@@ -163,7 +172,7 @@ def _script_processes(script: Path) -> dict[int, dict[str, str]]:
 
 
 def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_and_trains(
-        tmp_path, tiny_script, new_store, start_cli):
+        tmp_path, tiny_script, new_store, start_cli, in_folder):
     """A user's journey with a script search of 2 trials (the script given by a relative path, its arguments
     after --). Started with --resume, as a preemption wrapper always passes it: there is no earlier search, so
     it starts, saying so. SIGKILLed whole (driver and Ray, a batch scheduler killing the job) while its first
@@ -230,8 +239,7 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     assert "schedule=script" in resumed.stdout and "optimizer=script" in resumed.stdout, resumed.stdout[-3000:]
     assert not _script_processes(tiny_script)
 
-    exported = autospeed("export", "--name", "killed", "--out", "best.yaml", "--tracking-uri", uri, cwd=tmp_path,
-                         env=cli_env(), timeout=120)
+    exported = in_folder("export", "--name", "killed", "--out", "best.yaml", "--tracking-uri", uri)
     assert exported.returncode == 0, exported.stderr
     recipe = yaml.safe_load((tmp_path / "best.yaml").read_text())
     assert recipe["workload"] == "script"

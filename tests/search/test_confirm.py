@@ -70,7 +70,7 @@ def test_export_measured_has_confirmation_from_the_confirmation_runs_alone(searc
 
     assert "confirmed best" in searched.stdout and "median TTA" in searched.stdout
     out = tmp_path / "best.yaml"
-    proc = searched.cli("export", "--name", searched.name, "--tracking-uri", searched.uri, "--out", str(out))
+    proc = searched.main("export", "--name", searched.name, "--tracking-uri", searched.uri, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     measured = yaml.safe_load(out.read_text())["measured"]
     assert measured["confirmed"] is True and measured["repeats"] == REPEATS

@@ -106,7 +106,7 @@ def test_optuna_study_is_readable(finished_search):
 
 def test_export_then_train_round_trips(finished_search, tmp_path):
     out = tmp_path / "best.yaml"
-    proc = finished_search.cli("export", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
+    proc = finished_search.main("export", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
                                "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     best = yaml.safe_load(out.read_text())
@@ -124,11 +124,12 @@ def test_export_then_train_round_trips(finished_search, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def extended(tmp_path_factory, new_store):
+def extended(tmp_path_factory, new_store, cli_in_process):
     """A six-trial search that reaches nothing (target 1.0, 0.3 s of train clock per trial) over a space
     of two recipes, so the random sampler proposes some recipe twice; its export; then `--resume
     --trials 4` (refused) and `--resume --trials 10` (extended). What each step printed, and the trial
-    runs as they stood after the first search, are kept for the tests."""
+    runs as they stood after the first search, are kept for the tests. The export and the refused resume
+    never train: the CLI's main() runs them in this process, less a Python start-up each."""
     folder = tmp_path_factory.mktemp("extend")
     space = write_space(folder, name="extend", target_accuracy=1.0, budget={"trials": 6, "max_train_seconds": 0.3},
                         asha={"grace_seconds": 0.1, "reduction_factor": 2}, sampler={"kind": "random", "seed": 0},
@@ -145,9 +146,11 @@ def extended(tmp_path_factory, new_store):
 
     before = {r.info.run_id: fingerprint(r) for r in runs_of(folder, "extend")
               if r.data.tags["autospeed.kind"] == "trial"}
-    steps["export"] = autospeed("export", "--name", "extend", "--tracking-uri", uri, "--out",
-                                str(folder / "best.yaml"), cwd=folder)
-    steps["shrink"] = autospeed(*args, "--resume", "--trials", "4", cwd=folder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        steps["export"] = cli_in_process("export", "--name", "extend", "--tracking-uri", uri, "--out",
+                                         str(folder / "best.yaml"))
+        steps["shrink"] = cli_in_process(*args, "--resume", "--trials", "4")
     steps["second"] = autospeed(*args, "--resume", "--trials", "10", cwd=folder)
     return {"folder": folder, "client": client, "before": before, "fingerprint": fingerprint, **steps}
 
