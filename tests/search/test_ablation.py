@@ -24,8 +24,8 @@ PID_PLUGIN = """
             with open(out, "a") as f:
                 f.write(f"{os.getpid()}\\n")
             return nn.Linear(3, 2)
-        x, y = torch.randn(64, 3), (torch.arange(64) % 2)
-        x[:, 0] += y * 4  # separable: reaches the target
+        x, y = torch.randn(64, 3, generator=torch.Generator().manual_seed(0)), (torch.arange(64) % 2)
+        x[:, 0] += y * 6  # the same data in every process, separable: every run reaches the target
         return Workload(name="pids", train_x=x, train_y=y, val_x=x, val_y=y, num_classes=2, build_model=build)
 """
 
