@@ -153,9 +153,15 @@ def reconcile_study(search_dir: SearchDir, study_name: str, keep: set[str] = fro
             study.tell(trial.number, state=TrialState.FAIL)
             baseline = bool(trial.user_attrs.get(BASELINE))
             study.enqueue_trial({} if baseline else trial.params, skip_if_exists=False,
-                                user_attrs={RERUN_OF: tune_id or "", BASELINE: baseline})
-            out.rerun.append(tune_id or f"study trial {trial.number}")
+                                user_attrs={RERUN_OF: _record_id(trial), BASELINE: baseline})
+            out.rerun.append(_record_id(trial))
     return out
+
+
+def _record_id(trial) -> str:
+    """A study trial's name in the records: its Tune trial id, or "study trial N" when a kill came between the
+    sampler's ask and Tune naming it (a rerun names the trial it replaces this way)."""
+    return trial.user_attrs.get(TUNE_TRIAL_ID) or f"study trial {trial.number}"
 
 
 def _study(search_dir: SearchDir, study_name: str):
@@ -198,6 +204,5 @@ def audit(search_dir: SearchDir, study_name: str, client, parent_run_id: str) ->
     study = _study(search_dir, study_name)
     trials = study.get_trials(deepcopy=False) if study is not None else []
     replaced = {tr.user_attrs.get(RERUN_OF) for tr in trials if tr.user_attrs.get(RERUN_OF)}
-    optuna_ids = [tr.user_attrs.get(TUNE_TRIAL_ID) for tr in trials
-                  if tr.state.is_finished() and tr.user_attrs.get(TUNE_TRIAL_ID) not in replaced]
+    optuna_ids = [_record_id(tr) for tr in trials if tr.state.is_finished() and _record_id(tr) not in replaced]
     return Audit(ledger, mlflow, optuna_ids)
