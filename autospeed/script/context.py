@@ -53,10 +53,11 @@ from autospeed.script.prepared import (
 from autospeed.script.process import WorkerGroup, device_for, die_with_parent, watch_for_crash
 from autospeed.script.reporting import Report, Reporting, metric_mode  # noqa: F401 (Report: the public name)
 from autospeed.script.stepping import Stepping
+from autospeed.train.applied import NOT_APPLICABLE, Applied
 from autospeed.train.batch import as_trained, effective_batch, lr_factor
 from autospeed.train.data import dataset_length, make_loader
 from autospeed.train.environment import PeakMemory
-from autospeed.train.optimizers import NOT_APPLICABLE, build_optimizers, build_schedule
+from autospeed.train.optimizers import build_optimizers, build_schedule
 from autospeed.train.result import process_age_seconds, wall_clock_origin
 from autospeed.train.run_record import RunRecord
 from autospeed.train.setup import autocast_dtype, prepare_module, set_backend_knobs
@@ -105,7 +106,7 @@ class Context(Stepping, Reporting):
         # the preflight: a seed no script picks, so a reseed after init shows (stepping.Stepping._check_seed)
         self._seeded = PREFLIGHT_SEED if preflight and recipe.seed != PREFLIGHT_SEED else recipe.seed
         torch.manual_seed(self._seeded)
-        self.applied: dict[str, Any] = {
+        self.applied: Applied = {
             "device": self.device.type, "workers": recipe.workers,  # the group, once joined, has as many
             "micro_batch_size": micro, "effective_batch": effective_batch(recipe), "data_loader": "dataloader"}
         set_backend_knobs(self._trained, self.device, self.applied)

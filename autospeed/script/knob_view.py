@@ -8,7 +8,6 @@ from typing import Any
 
 from autospeed.recipe import KNOB_FIELDS, Recipe
 
-NOT_READ = "not_read"  # an `applied` value: the script never read this knob, so it cannot have acted
 # The helper that reads each knob (for the line that names what to call); others are read through ctx.config.
 HELPER_OF = {
     **dict.fromkeys(("batch_size", "micro_batch_size", "num_workers", "pin_memory", "prefetch_factor",

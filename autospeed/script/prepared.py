@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-from autospeed.train.optimizers import NOT_APPLICABLE
+from autospeed.train.applied import NOT_APPLICABLE
 from autospeed.train.step import InForwardContext
 
 

@@ -17,12 +17,11 @@ from typing import Any, NamedTuple
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
-from autospeed.script.knob_view import NOT_READ
 from autospeed.script.prepared import warn_unstepped
+from autospeed.train.applied import CHECKED_KNOBS, NOT_APPLICABLE, NOT_READ, not_applied
 from autospeed.train.evaluate import is_oom
-from autospeed.train.optimizers import NOT_APPLICABLE
 from autospeed.train.result import TrainResult
-from autospeed.train.setup import CHECKED_KNOBS, _SdpaWatch, not_applied
+from autospeed.train.setup import _SdpaWatch
 
 
 class Report(NamedTuple):

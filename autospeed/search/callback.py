@@ -25,6 +25,7 @@ from autospeed.search.trainable import FINAL, recipe_of
 from autospeed.show import leaderboard
 from autospeed.space import SearchSpec
 from autospeed.track import names, runs, writers
+from autospeed.train.applied import Applied
 
 
 def _halts_on_write_errors(method):
@@ -244,7 +245,7 @@ class TrialTracker(Callback):
             self.searcher.tell(trial_id)
 
     def _progress(self, trial, status: Status, tta: float | None, best: float | None,
-                  duplicate_of: str | None, applied: dict[str, Any] | None = None,
+                  duplicate_of: str | None, applied: Applied | None = None,
                   predicted: str | None = None) -> None:
         baseline = bool(trial.config.get("baseline"))
         label = "baseline" if baseline else trial.trial_id

@@ -19,6 +19,7 @@ from typing import Any
 
 from autospeed.search.neutrality import Neutrality, predicted_tta_ratio
 from autospeed.space import Param, SearchSpec
+from autospeed.train.applied import Applied
 
 MATHS_NEUTRAL = ("compile", "channels_last", "cudnn_benchmark", "data_loader", "num_workers", "pin_memory",
                  "persistent_workers", "prefetch_factor", "optimizer_impl", "attention")
@@ -40,7 +41,7 @@ class Probe:
     error: str | None = None
     maths: dict[str, Any] = field(default_factory=dict)  # the maths knobs it trained with (maths_combinations)
     round: int = 0  # its timing round
-    applied: dict[str, Any] = field(default_factory=dict)  # the trainer's `applied` for its config and maths
+    applied: Applied = field(default_factory=dict)  # the trainer's `applied` for its config and maths
 
 
 @dataclass

@@ -37,6 +37,7 @@ from autospeed.outcome import INFEASIBLE, Status
 from autospeed.recipe import ACCURACY, Target
 from autospeed.track.runs import PREDICT_OFF_NOTE
 from autospeed.track.writers import not_applied_marks
+from autospeed.train.applied import Applied
 
 _PREDICT_OFF = f"no prediction ({PREDICT_OFF_NOTE})"  # a search without predict: its lines stay as they were
 
@@ -63,7 +64,7 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def format_knobs(config: dict[str, Any], limit: int = 6, applied: dict[str, Any] | None = None) -> str:
+def format_knobs(config: dict[str, Any], limit: int = 6, applied: Applied | None = None) -> str:
     """The sampled knobs of a trial, short: `batch_size=64 lr=0.0843 schedule=cosine`. With the run's
     `applied`, each knob set that did not act is marked (writers.not_applied_marks), always shown:
     `optimizer=muon (ran adamw)` in place, `attention=math (n/a)` after the others."""
@@ -180,7 +181,7 @@ class SearchView:
 
     def finished(self, trial_id: str, label: str, status: str, tta_seconds: float | None,
                  best_value: float | None, baseline: bool, config: dict[str, Any],
-                 applied: dict[str, Any] | None = None, *, predicted: str | None = None) -> None:
+                 applied: Applied | None = None, *, predicted: str | None = None) -> None:
         """`applied`: what took effect in the trial (the trainer's), to mark the knobs that did not act.
         `predicted`: for a trial that did not reach, its Prediction.describe(): `~412 s [300-560]`, or
         `no prediction (flat: ...)`; None otherwise."""

@@ -17,6 +17,7 @@ from autospeed.outcome import Status
 from autospeed.outcome import speedup as _ratio
 from autospeed.recipe import Target, target_from
 from autospeed.track import names
+from autospeed.train.applied import Applied
 
 # the note of a trial in a search without `predict` (autospeed/search/curve.py): nothing to say about it
 PREDICT_OFF_NOTE = names.TTA_NOTE_PREDICT_OFF
@@ -42,7 +43,7 @@ class TrialRow:
     node: str | None = None  # autospeed.env.node: "host/<Ray node id>" under Ray, else the host name
     device: str | None = None  # autospeed.env.device_name: the GPU's or the CPU's name
     best_value: float | None = None  # best value of the target metric, in its direction
-    applied: dict[str, Any] = field(default_factory=dict)  # what took effect (the trainer's `applied`)
+    applied: Applied = field(default_factory=dict)  # what took effect (the trainer's `applied`)
     # Long jobs (docs/design.md "Long jobs: predicted time to target"): where the TTA comes from, measured | predicted |
     # none (names.TTA_*); "" reads a run from before the tag: measured when it reached, else none
     tta_source: str = ""

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from autospeed.outcome import Status, is_infeasible
 from autospeed.track import names
 from autospeed.track.store import experiment_id, interrupts_held, redact
+from autospeed.train.applied import NOT_ACTED, Applied
 
 
 def recipe_params(recipe_fields: dict[str, Any]) -> dict[str, str]:
@@ -91,17 +92,17 @@ def _shown(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def not_applied_marks(applied: dict[str, Any] | None) -> list[str]:
+def not_applied_marks(applied: Applied | None) -> list[str]:
     """Each knob a run's recipe set that did not act as set (the trainer's `applied["not_applied"]`), short:
     `attention=math (n/a)` where it cannot act, `optimizer=muon (ran adamw)` where another value acted."""
     marks = []
     for knob, v in sorted(((applied or {}).get("not_applied") or {}).items()):
-        ran = "n/a" if v["ran"] in ("not_applicable", False) else f"ran {_shown(v['ran'])}"
+        ran = "n/a" if v["ran"] in NOT_ACTED else f"ran {_shown(v['ran'])}"
         marks.append(f"{knob}={_shown(v['asked'])} ({ran})")
     return marks
 
 
-def applied_tags(applied: dict[str, Any]) -> dict[str, str]:
+def applied_tags(applied: Applied) -> dict[str, str]:
     """What took effect: the whole of it as one JSON tag, `autospeed.applied.<knob>` for APPLIED_COLUMNS, and
     `autospeed.applied.not_applied` (the knobs set that did not act, for the MLflow UI's columns) when any."""
     tags = {f"{names.TAG_APPLIED}.{k}": str(applied[k]) for k in names.APPLIED_COLUMNS if k in applied}

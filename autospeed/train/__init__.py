@@ -6,6 +6,7 @@ what every trial runs inside Ray.
     setup.py        device, backend knobs, model with its knobs (compile, channels_last, DDP), loss
     evaluate.py     evaluation off the clock (rank 0 under data parallelism)
     result.py       EvalEvent (one per evaluation) and TrainResult (the result object)
+    applied.py      the `applied` record: every field of what acted, named once; the knobs that did not act
     run_record.py   one run's bookkeeping (steps, first step, evaluations, TTA, status, result), shared with scripts
     data.py         batches: device-resident tensors or a DataLoader
     batch.py        effective batch, micro-batches, the LR rule

@@ -15,7 +15,8 @@ data path and the loop need to know nothing of either knob. Standard library onl
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from autospeed.train.applied import Applied
 
 AUTO = "auto"
 
@@ -65,7 +66,7 @@ def as_trained(recipe, micro_batch_size: int):
     })
 
 
-def pin_micro_batch(recipe, applied: dict[str, Any]):
+def pin_micro_batch(recipe, applied: Applied):
     """The recipe with `micro_batch_size: auto` replaced by the micro-batch that fit (`applied`), so a
     recipe exported from the run trains it without searching again; other recipes unchanged."""
     if recipe.micro_batch_size != AUTO or "micro_batch_size" not in applied:

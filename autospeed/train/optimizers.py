@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-NOT_APPLICABLE = "not_applicable"  # an `applied` value: the knob cannot act on this model, device or recipe
+from autospeed.train.applied import NOT_APPLICABLE, Applied
 
 
 def muon_split(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
@@ -42,7 +42,7 @@ def _impl(recipe) -> dict[str, Any]:
     return {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[recipe.optimizer_impl]
 
 
-def build_optimizers(recipe, model: nn.Module, applied: dict[str, Any]) -> list[torch.optim.Optimizer]:
+def build_optimizers(recipe, model: nn.Module, applied: Applied) -> list[torch.optim.Optimizer]:
     """The recipe's optimizer(s): one, or two for Muon (Muon + AdamW). Records what took effect in `applied`."""
     impl = _impl(recipe)
     applied["optimizer"] = recipe.optimizer
@@ -71,7 +71,7 @@ def build_optimizers(recipe, model: nn.Module, applied: dict[str, Any]) -> list[
 
 
 def build_schedule(recipe, optimizer: torch.optim.Optimizer, total_steps: int,
-                   applied: dict[str, Any] | None = None):
+                   applied: Applied | None = None):
     """torch's own schedulers, stepped once per optimizer step over `total_steps`; records in `applied`
     the warm-up that acts and, under onecycle, the momentum it cycles."""
     applied = {} if applied is None else applied

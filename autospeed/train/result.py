@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autospeed.outcome import Status
+from autospeed.train.applied import Applied
 
 
 @dataclass
@@ -85,7 +86,7 @@ class TrainResult:
     steps: int
     epochs_done: float
     evaluations: int
-    applied: dict[str, Any]
+    applied: Applied
     environment: dict[str, Any]
     error: str | None = None
     history: list[dict[str, float]] = field(default_factory=list)

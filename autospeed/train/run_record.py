@@ -20,6 +20,7 @@ import torch
 
 from autospeed.outcome import Status, objective
 from autospeed.recipe import Recipe
+from autospeed.train.applied import Applied
 from autospeed.train.environment import PeakMemory, environment
 from autospeed.train.evaluate import better, is_oom
 from autospeed.train.result import TRAIN_ENTRY, EvalEvent, TrainResult
@@ -127,7 +128,7 @@ class RunRecord:
             self.clock.stop()
         self.status, self.error = failure(error)
 
-    def result(self, applied: dict[str, Any]) -> TrainResult:
+    def result(self, applied: Applied) -> TrainResult:
         """The run's result (docs/design.md "Result of one training run") with `applied`, what acted."""
         target, train_seconds = self.target, self.clock.total
         run_seconds = train_seconds - self.clock_at_start

@@ -1,12 +1,11 @@
 """Setting a run up: the device, the backend knobs, the model with its knobs applied
-(activation checkpointing, channels_last, DDP, torch.compile), the loss and the attention backend;
-and, at the end, which knobs the recipe set that did not act (`not_applied`).
+(activation checkpointing, channels_last, DDP, torch.compile), the loss and the attention backend.
 Nothing here is on the train clock.
 
 Every knob records in `applied` the value that really acted (docs/design.md "Honest figures"):
 `not_applicable` where it cannot act on this model or device (attention on a model that never
 calls scaled_dot_product_attention), or the value that ran instead (precision fp32 for tf32 on a
-CPU, a compile mode without CUDA graphs)."""
+CPU, a compile mode without CUDA graphs); autospeed.train.applied names every field."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import checkpoint
 
 from autospeed.recipe import Recipe
+from autospeed.train.applied import NOT_APPLICABLE, Applied
 from autospeed.train.distributed import Replicas
-from autospeed.train.optimizers import NOT_APPLICABLE
 from autospeed.workloads import Workload
 
 
@@ -81,7 +80,7 @@ def _restore_tf32(settings: tuple) -> None:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, conv
 
 
-def set_backend_knobs(recipe: Recipe, device: torch.device, applied: dict[str, Any]) -> None:
+def set_backend_knobs(recipe: Recipe, device: torch.device, applied: Applied) -> None:
     global _process_tf32
     cuda = device.type == "cuda"
     if cuda:
@@ -127,13 +126,13 @@ def compile_mode(recipe: Recipe, device: torch.device) -> str:
     return recipe.compile
 
 
-def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: dict[str, Any],
+def prepare_model(recipe: Recipe, workload: Workload, device: torch.device, applied: Applied,
                   replicas: Replicas | None = None):
     """Build the workload's model with the knobs applied; return (model for training, model for eval)."""
     return prepare_module(workload.build_model(), recipe, device, applied, replicas, images=workload.images)
 
 
-def prepare_module(model: nn.Module, recipe, device: torch.device, applied: dict[str, Any],
+def prepare_module(model: nn.Module, recipe, device: torch.device, applied: Applied,
                    replicas: Replicas | None = None, images: bool = True):
     """`model` with the knobs applied (activation checkpointing, channels_last, device, DDP, torch.compile);
     return (model for training, model for eval: the same parameters, eager and unwrapped). With replicas the
@@ -206,7 +205,7 @@ class AttentionKnob:
     and, where the model makes none, records `applied["attention"] = "not_applicable"`.
     """
 
-    def __init__(self, recipe: Recipe, device: torch.device, dtype: torch.dtype | None, applied: dict[str, Any]):
+    def __init__(self, recipe: Recipe, device: torch.device, dtype: torch.dtype | None, applied: Applied):
         self.applied, self.watched, self.backend = applied, False, None
         applied["attention"] = "auto"
         if recipe.attention == "auto":
@@ -248,23 +247,3 @@ class AttentionKnob:
             yield
         if watch.calls == 0:
             self.applied["attention"] = NOT_APPLICABLE
-
-
-# The knobs whose value may not act, each with the value that asks for nothing (None: every value asks for
-# something). A knob at that value is never listed: `attention: auto` on an MLP asked for no backend.
-CHECKED_KNOBS = {"optimizer": None, "momentum": None, "precision": None, "compile": "none", "attention": "auto",
-                  "channels_last": False, "activation_checkpointing": False, "cudnn_benchmark": False,
-                  "data_loader": "device", "num_workers": 0, "pin_memory": False, "prefetch_factor": 2,
-                  "persistent_workers": False, "warmup_fraction": 0.0, "label_smoothing": 0.0}
-
-
-def not_applied(recipe: Recipe, applied: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each knob the recipe set that did not act as set: {knob: {"asked": its value, "ran": what acted}}
-    ("ran" may be `not_applicable`). `applied` holds what acted (recorded as the run was set up)."""
-    out = {}
-    for knob, asks_nothing in CHECKED_KNOBS.items():
-        asked = getattr(recipe, knob)
-        ran = applied.get(knob, asked)  # a run that failed before setting a knob up recorded nothing of it
-        if ran != asked and (asks_nothing is None or asked != asks_nothing):
-            out[knob] = {"asked": asked, "ran": ran}
-    return out

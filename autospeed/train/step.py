@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
+from autospeed.train.applied import Applied
 from autospeed.train.setup import AttentionKnob, autocast_dtype, autocast_name
 
 
@@ -51,7 +52,7 @@ class Clock:
         return self.total + (time.perf_counter() - self.started if self.started is not None else 0.0)
 
 
-def forward_context(recipe, device: torch.device, applied: dict[str, Any]) -> tuple[Callable, AttentionKnob]:
+def forward_context(recipe, device: torch.device, applied: Applied) -> tuple[Callable, AttentionKnob]:
     """The training forward pass's context factory: autocast in the recipe's precision (nothing in fp32/tf32)
     with the recipe's attention backend pinned (nothing for `auto`); and the attention knob, whose
     `evaluation()` context the evaluation uses."""
@@ -83,7 +84,7 @@ def autocast_only(recipe, device: torch.device) -> Callable:
 class Stepper:
     """The backward pass and the optimizer step of a recipe trained in micro-batches of `accumulation`."""
 
-    def __init__(self, recipe, device: torch.device, applied: dict[str, Any], accumulation: int):
+    def __init__(self, recipe, device: torch.device, applied: Applied, accumulation: int):
         self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
         applied["grad_scaler"] = recipe.precision == "fp16"
         self.k = accumulation

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from autospeed.outcome import Status
 from autospeed.recipe import Recipe
+from autospeed.train.applied import NOT_APPLICABLE, Applied, not_applied
 from autospeed.train.batch import as_trained, effective_batch, micro_batch_sizes
 from autospeed.train.cooldown import Cooldown, branch
 from autospeed.train.data import Batches, ValBatches
@@ -44,15 +45,7 @@ from autospeed.train.evaluate import EvaluationOutOfMemory, evaluate_once
 from autospeed.train.optimizers import build_optimizers, build_schedule, decay_start_step
 from autospeed.train.result import EvalEvent, TrainResult, wall_clock_origin
 from autospeed.train.run_record import RunRecord
-from autospeed.train.setup import (
-    NOT_APPLICABLE,
-    autocast_name,
-    cross_entropy_loss,
-    not_applied,
-    pick_device,
-    prepare_model,
-    set_backend_knobs,
-)
+from autospeed.train.setup import autocast_name, cross_entropy_loss, pick_device, prepare_model, set_backend_knobs
 from autospeed.train.step import Clock, Stepper, autocast_only, forward_context
 from autospeed.train.throughput import rates
 from autospeed.workloads import Workload, load_workload
@@ -114,13 +107,13 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
     torch.compiler.reset()
     torch.manual_seed(recipe.seed)  # every worker builds the same initial model
     replicas = Replicas.joined(recipe.workers)  # None for one worker: no process group at all
-    # What really acted (docs/design.md "Honest figures"): workers from the process group that formed, and each
-    # knob's value as it took effect, `not_applicable` where it cannot act here (setup.not_applied lists them)
-    applied: dict[str, Any] = {"device": device.type, "workers": replicas.world_size if replicas else 1,
-                               "ddp": replicas is not None,  # under DistributedDataParallel
-                               "accumulation_steps": recipe.accumulation_steps,
-                               # the default loss smooths labels; a workload's own loss decides for itself
-                               "label_smoothing": recipe.label_smoothing if workload.loss is None else 0.0}
+    # What really acted (docs/design.md "Honest figures"; autospeed.train.applied names each field): workers from the
+    # process group that formed, and each knob's value as it took effect, `not_applicable` where it cannot act here
+    applied: Applied = {"device": device.type, "workers": replicas.world_size if replicas else 1,
+                        "ddp": replicas is not None,  # under DistributedDataParallel
+                        "accumulation_steps": recipe.accumulation_steps,
+                        # the default loss smooths labels; a workload's own loss decides for itself
+                        "label_smoothing": recipe.label_smoothing if workload.loss is None else 0.0}
     set_backend_knobs(recipe, device, applied)
     record = RunRecord(recipe, device, clock, PeakMemory(device), *wall,  # this run's peak, also in a reused process
                        mode_of=lambda name: m.mode if (m := workload.metrics.get(name)) else "max",
@@ -141,7 +134,7 @@ def _attempt(recipe: Recipe, workload: Workload, device: torch.device, clock: Cl
 
 
 def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: Replicas | None,
-           applied: dict[str, Any], record: RunRecord, on_eval: OnEval | None, cooldown: Cooldown | None) -> None:
+           applied: Applied, record: RunRecord, on_eval: OnEval | None, cooldown: Cooldown | None) -> None:
     """Build the run (model, data, optimizers, one step's knobs) and train it until an evaluation ends it."""
     train_model, eval_model = prepare_model(recipe, workload, device, applied, replicas)
     batches = _batches(recipe, workload, device, replicas, applied)
@@ -229,7 +222,7 @@ def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: R
 
 
 def _batches(recipe: Recipe, workload: Workload, device: torch.device, replicas: Replicas | None,
-             applied: dict[str, Any]) -> Batches:
+             applied: Applied) -> Batches:
     """This worker's training batches, and the loader knobs as they act: only on a DataLoader (not on
     device-resident data); pinned memory only on host-to-GPU copies; prefetching and persistence only with
     loader worker processes."""

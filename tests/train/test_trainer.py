@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from autospeed.recipe import Recipe
+from autospeed.train.applied import Applied
 from autospeed.train.trainer import EvalEvent, train
 from autospeed.workloads import load_workload
 
@@ -89,6 +90,7 @@ def test_knobs_that_cannot_apply_on_cpu_are_recorded_as_not_applied(digits):
                           pin_memory=True, schedule="onecycle", warmup_fraction=0.1, epochs=1), digits)
 
     assert result.error is None
+    assert set(result.applied) <= set(Applied.__annotations__)  # every field named where the record is defined
     assert result.applied["tf32"] is False and result.applied["precision"] == "fp32"
     assert result.applied["channels_last"] is False
     assert result.applied["cudnn_benchmark"] is False
