@@ -131,7 +131,7 @@ class Context(Stepping, Reporting):
         self._own_schedulers: list[tuple[Any, int]] = []  # the script's own, given to ctx.prepare (and their start)
         self._lr_moved: set[int] = set()  # optimizers whose lr the context set to the run's peak (peak_for_adopted)
         self._unscaled: set[int] = set()  # optimizers whose fp16 gradients this step are unscaled already
-        self._micro = self._epochs_started = 0
+        self._epochs_started = 0
         self._paused = False
         self._eval_checked_at = -1
         self._eval_failed = False

@@ -104,7 +104,7 @@ class Stepping:
         self._source = LOADER
         k = self.config.accumulation_steps
         if callable(source) and not hasattr(source, "__iter__"):  # a batch function: endless micro-batches
-            yield from self._serve(iter(source, object()), k)
+            yield from self._serve(iter(source, object()))
             return
         per_epoch = max(1, len(source) // k)
         if self.steps_per_epoch is None or source is not self._train_loader:
@@ -119,11 +119,11 @@ class Stepping:
             # a whole pass runs the loader to its end, as `for batch in loader` does (its sampler then draws
             # the next epoch's order from the same random state); a pass cut at whole steps stops early
             whole = per_epoch * k >= len(source)
-            yield from self._serve(iter(source if whole else itertools.islice(source, per_epoch * k)), k)
+            yield from self._serve(iter(source if whole else itertools.islice(source, per_epoch * k)))
             if self.finished or self._run_out():
                 return
 
-    def _serve(self, batches: Iterator[Any], k: int) -> Iterator[Any]:
+    def _serve(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Hand out micro-batches on the device. The fetch is on the train clock, as in the built-in trainer: a
         loader's start at each epoch (worker processes spawned again unless persistent) and each batch after a
         pause (an evaluation) are paid for. The clock stops when the loop leaves."""
@@ -138,7 +138,7 @@ class Stepping:
                 except StopIteration:
                     return
                 batch = self._layout(to_device(batch, self.device, non_blocking))
-                self._next_micro(k, ddp)
+                self._next_micro(ddp)
                 yield batch
                 if self.finished or self._run_out():
                     return
@@ -146,11 +146,8 @@ class Stepping:
             if self.clock.running:
                 self.clock.stop()
 
-    def _next_micro(self, k: int, ddp) -> None:
-        self._micro += 1
-        self.boundary = self._micro % k == 0
-        if ddp is not None:
-            ddp.require_backward_grad_sync = self.boundary  # what DDP's no_sync() sets
+    def _next_micro(self, ddp) -> None:
+        self.boundary = self._stepper_for().next_micro_batch(ddp)  # under DDP, a step's last all-reduces
 
     def _run_out(self) -> bool:
         total = self._total_steps_or_none()
@@ -163,7 +160,7 @@ class Stepping:
         if self._source != LOADER:
             self._source = ACCUMULATE
             self._training_work()
-            self._next_micro(self.config.accumulation_steps, self._ddp())
+            self._next_micro(self._ddp())
         yield
 
     # ---- the forward and backward passes ----
@@ -206,7 +203,7 @@ class Stepping:
         if self._source in (None, BACKWARD):
             self._source = BACKWARD
             self._training_work()
-            self._next_micro(self.config.accumulation_steps, None)
+            self._next_micro(None)
         if self.step_count == 0 and not self._zeroed_between_micro:
             self._check_accumulating()
 
@@ -224,7 +221,7 @@ class Stepping:
         there. A script that zeroes them each micro-batch (its own optimizer.zero_grad()) trains every step on
         the last micro-batch alone: said once, and the result records accumulation_steps 1, what acted."""
         k = self._trained.accumulation_steps
-        if k == 1 or self.module is None or (self._micro - 1) % k == 0:
+        if k == 1 or self.module is None or (self._stepper_for().micro_batches - 1) % k == 0:
             return
         first = next((p for p in self.module.parameters() if p.requires_grad), None)
         if first is not None and (first.grad is None or not bool(first.grad.any())):

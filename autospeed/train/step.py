@@ -88,6 +88,17 @@ class Stepper:
         self.scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
         applied["grad_scaler"] = recipe.precision == "fp16"
         self.k = accumulation
+        self.micro_batches = 0  # counted by next_micro_batch
+
+    def next_micro_batch(self, ddp=None) -> bool:
+        """Count the micro-batch about to run; True when it is its step's last. Under DDP only that one
+        all-reduces the gradients (what DDP's no_sync() sets): the ones before accumulate locally. Accumulation
+        under data parallelism this one way, in the trainer and in a user's script alike."""
+        self.micro_batches += 1
+        last = self.micro_batches % self.k == 0
+        if ddp is not None:
+            ddp.require_backward_grad_sync = last
+        return last
 
     def backward(self, loss: torch.Tensor) -> None:
         """Mean over micro-batches: k passes of B give the same update as one of B*k."""

@@ -153,9 +153,7 @@ def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: R
     augment = None if batches.augmented_in_loader else workload.augment  # the loader's workers augmented
     applied["augment"] = "loader" if batches.augmented_in_loader else "device" if augment is not None else "none"
     k = recipe.accumulation_steps
-    # Under DDP, micro-batches before the last of a step skip the gradient all-reduce (what DDP's no_sync() sets);
-    # the last one averages the accumulated gradients over the workers.
-    ddp = ddp_of(train_model) if k > 1 else None
+    ddp = ddp_of(train_model) if k > 1 else None  # only a step's last micro-batch all-reduces (Stepper)
 
     def evaluate() -> dict[str, float]:
         values = evaluate_once(workload, eval_model, val_batches, autocast, attention.evaluation, replicas)
@@ -190,15 +188,12 @@ def _train(recipe: Recipe, workload: Workload, device: torch.device, replicas: R
 
     train_model.train()
     loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
-    micro = 0
     record.clock.start()
     while True:
         for batch in batches.epoch():
-            micro += 1
-            if ddp is not None:
-                ddp.require_backward_grad_sync = micro % k == 0
+            last = stepper.next_micro_batch(ddp)
             loss_sum += backward(batch).detach().float()
-            if micro % k:
+            if not last:
                 continue
             stepper.step(optimizers, schedulers)
             record.stepped(batches.effective, compiled)
