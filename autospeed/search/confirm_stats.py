@@ -13,6 +13,7 @@ from autospeed.outcome import (
     REMEASURE_RUNS,
     Status,
     interval_note,
+    log_spread,
     median_tta,
     remeasure_interval,
     speedup_interval,
@@ -122,10 +123,12 @@ class ConfirmOutcome:
 
     @property
     def remeasure_interval(self) -> tuple[float | None, float | None]:
-        """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction)."""
+        """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction), its
+        log-TTA spread pooled over every candidate's runs (outcome.log_spread: one machine's noise)."""
         if not self.winner or not self.baseline or self.speedup is None or self.baseline_given_seconds is not None:
             return None, None
-        return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE)
+        return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE,
+                                  log_spread(c.ttas for c in self.candidates))
 
     @property
     def interval_note(self) -> str | None:
