@@ -124,8 +124,8 @@ def log_spread(groups: Iterable[Sequence[float | None]]) -> LogSpread | None:
     process, meet the same sources of noise (other processes, memory and cache state, clock speed, the loader's
     scheduling). These scale a run's seconds, so they add about the same variance to every run's log seconds
     whatever its recipe or compile way, and one estimate from all groups is steadier than each group's own: 3 runs
-    give s with 2 degrees of freedom, below a third of the true spread one time in 10 (chi-square, 2 df: a new
-    machine's 3 compiles within 1.5% of each other while the other ways' varied by 4%, compile_costs_cpu.md).
+    give s with 2 degrees of freedom, below a third of the true spread one time in 10 (chi-square, 2 df; 3 nearly
+    equal compiles on a new machine gave too narrow an interval: experiments/results/compile_costs_cpu.md).
     The pooling assumes one relative noise for every group; quantities whose noise differs are pooled apart: TTA
     with TTA (training to a target, its crossing quantised by evaluations), compile seconds with compile seconds
     (the first step alone; the same runs, so not independent of their TTAs either)."""
