@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Sequence
 
@@ -103,19 +104,60 @@ def speedup(baseline_tta: float | None, tta: float | None) -> float | None:
 MIN_RUNS_FOR_INTERVAL = 3  # fewer runs on either side: no interval ("too few repeats for an interval")
 
 
-def next_run_interval(values: Sequence[float | None], confidence: float = 0.9) -> tuple[float | None, float | None]:
+@dataclass(frozen=True)
+class LogSpread:
+    """Run-to-run noise on the log scale: the standard deviation of log values, estimated with `df` degrees of
+    freedom."""
+
+    sd: float
+    df: int
+
+
+def log_spread(groups: Iterable[Sequence[float | None]]) -> LogSpread | None:
+    """The within-group spread of the logs of `groups` of repeated runs, pooled: s^2 = sum over groups of
+    sum (log x - the group's mean log)^2 / df, df = sum (n_i - 1). One group: its own standard deviation, n - 1.
+
+    A group with a missing or non-positive value (a missed target, a run that did not compile) says nothing of the
+    spread and is left out, as is a single run (n - 1 = 0); None when no group is left.
+
+    Why pooling is sound: runs a confirmation trains on one machine, interleaved round by round, each in a fresh
+    process, meet the same sources of noise (other processes, memory and cache state, clock speed, the loader's
+    scheduling). These scale a run's seconds, so they add about the same variance to every run's log seconds
+    whatever its recipe or compile way, and one estimate from all groups is steadier than each group's own: 3 runs
+    give s with 2 degrees of freedom, below a third of the true spread one time in 10 (chi-square, 2 df; 3 nearly
+    equal compiles on a new machine gave too narrow an interval: experiments/results/compile_costs_cpu.md).
+    The pooling assumes one relative noise for every group; quantities whose noise differs are pooled apart: TTA
+    with TTA (training to a target, its crossing quantised by evaluations), compile seconds with compile seconds
+    (the first step alone; the same runs, so not independent of their TTAs either)."""
+    squares, df = 0.0, 0
+    for values in groups:
+        if len(values) < 2 or any(x is None or x <= 0 for x in values):
+            continue
+        logs = [math.log(x) for x in values]
+        centre = statistics.fmean(logs)
+        squares += sum((x - centre) ** 2 for x in logs)
+        df += len(logs) - 1
+    return LogSpread(math.sqrt(squares / df), df) if df else None
+
+
+def next_run_interval(values: Sequence[float | None], confidence: float = 0.9,
+                      spread: LogSpread | None = None) -> tuple[float | None, float | None]:
     """Where one more run's value (a TTA, a compile's seconds) falls with probability `confidence`, from these
-    runs' values: a prediction interval for log-normal values, exp(mean +- t(n-1) s sqrt(1 + 1/n)) of their logs,
-    the Student t quantile because s is estimated. (None, None) with fewer than MIN_RUNS_FOR_INTERVAL runs or any
-    missing value (a missed target): the spread is not known then."""
+    runs' values: a prediction interval for log-normal values, exp(mean +- t(df) s sqrt(1 + 1/n)) of their logs,
+    the Student t quantile because s is estimated. `spread`: s and df pooled over every group of runs trained
+    beside these (log_spread, which says why that is sound); None: these runs' own (s their standard deviation,
+    df n - 1). (None, None) with fewer than MIN_RUNS_FOR_INTERVAL runs, any missing value (a missed target: the
+    runs' centre is not known then) or no spread."""
     from scipy.stats import t as student_t
 
     if len(values) < MIN_RUNS_FOR_INTERVAL or any(x is None or x <= 0 for x in values):
         return None, None
-    logs = [math.log(x) for x in values]
-    n = len(logs)
-    half = student_t.ppf(0.5 + confidence / 2.0, n - 1) * statistics.stdev(logs) * math.sqrt(1.0 + 1.0 / n)
-    centre = statistics.fmean(logs)
+    spread = spread if spread is not None else log_spread([values])
+    if spread is None:
+        return None, None
+    n = len(values)
+    half = student_t.ppf(0.5 + confidence / 2.0, spread.df) * spread.sd * math.sqrt(1.0 + 1.0 / n)
+    centre = statistics.fmean(math.log(x) for x in values)
     return math.exp(centre - half), math.exp(centre + half)
 
 
@@ -236,36 +278,30 @@ REMEASURE_RUNS = 7  # the re-measurement the prediction is for: 7 fresh runs a s
 
 
 def remeasure_interval(baseline_ttas: Sequence[float | None], ttas: Sequence[float | None],
-                       runs_a_side: int = REMEASURE_RUNS,
-                       confidence: float = 0.9) -> tuple[float | None, float | None]:
+                       runs_a_side: int = REMEASURE_RUNS, confidence: float = 0.9,
+                       spread: LogSpread | None = None) -> tuple[float | None, float | None]:
     """Predicted range of the speed-up a user measures again: the ratio of medians of `runs_a_side` new
     fresh runs a side falls inside it with probability `confidence`. A prediction, not a measurement.
 
     speedup_interval covers the true speed-up; a re-measurement has its own noise on top, so it falls
     inside that interval less often (73-84% at 7 a side, experiments/results/interval_coverage.md). This
     range adds it: on the log scale, the ratio of medians now and then differ by the noise of four
-    medians, var = s_b^2 (c(n)/n + c(r)/r) + s_c^2 (c(m)/m + c(r)/r) with s the log-TTA standard
-    deviation of each side and c(k) k times the variance of a median of k normal draws; a Student t
-    quantile with Welch-Satterthwaite degrees of freedom accounts for s being estimated. Its coverage
-    under log-normal TTAs is checked beside the interval's by the same simulation. (None, None) with fewer
-    than 3 runs a side or any missed target (then the spread of the TTAs is not known).
+    medians, var = s^2 (c(n)/n + c(m)/m + 2 c(r)/r) with s the log-TTA standard deviation and c(k) k times the
+    variance of a median of k normal draws; a Student t quantile with s's degrees of freedom accounts for s being
+    estimated. `spread`: s pooled over every group of runs the confirmation trained (log_spread: the same
+    machine's noise, the other candidates' runs included); None: over these two sides. Its coverage under
+    log-normal TTAs is checked beside the interval's by the same simulation. (None, None) with fewer than 3 runs
+    a side or any missed target on either side (then their medians' spread is not known).
     """
     from scipy.stats import t as student_t
 
     if min(len(baseline_ttas), len(ttas)) < MIN_RUNS_FOR_INTERVAL or any(x is None or x <= 0 for x in
                                                                          [*baseline_ttas, *ttas]):
         return None, None
-    log_b, log_c = [math.log(x) for x in baseline_ttas], [math.log(x) for x in ttas]
-    n, m, r = len(log_b), len(log_c), runs_a_side
+    spread = spread if spread is not None else log_spread([baseline_ttas, ttas])
+    n, m, r = len(baseline_ttas), len(ttas), runs_a_side
     c = lambda k: _MEDIAN_VARIANCE.get(k, math.pi / 2)  # noqa: E731
-    var_b, var_c = statistics.variance(log_b), statistics.variance(log_c)
-    now_b, now_c = var_b * c(n) / n, var_c * c(m) / m
-    spread = math.sqrt(now_b + now_c + (var_b + var_c) * c(r) / r)
-    if spread == 0.0:
-        centre = statistics.median(baseline_ttas) / statistics.median(ttas)
-        return centre, centre
-    df = (now_b + now_c) ** 2 / (now_b ** 2 / (n - 1) + now_c ** 2 / (m - 1)) if now_b + now_c > 0 else n + m - 2
-    half = student_t.ppf(0.5 + confidence / 2.0, df) * spread
+    half = student_t.ppf(0.5 + confidence / 2.0, spread.df) * spread.sd * math.sqrt(c(n) / n + c(m) / m
+                                                                                     + 2.0 * c(r) / r)
     centre = math.log(statistics.median(baseline_ttas)) - math.log(statistics.median(ttas))
     return math.exp(centre - half), math.exp(centre + half)
-

@@ -88,8 +88,9 @@ class CompileCost(_Strict):
     compile_seconds_median: float  # the first step, compile included
     tta_seconds_median: float | None = None  # None: no run reached the target
     runs: int
-    # where one more run trained that way falls, 90% (outcome.next_run_interval: a prediction from these runs'
-    # spread); absent with fewer than 3 runs or, for the TTA, a missed target
+    # where one more run trained that way falls, 90% (outcome.next_run_interval: a prediction around these runs'
+    # centre, with the spread pooled over every group of runs the confirmation trained); absent with fewer than 3
+    # runs or, for the TTA, a missed target
     compile_seconds_low: float | None = None
     compile_seconds_high: float | None = None
     tta_seconds_low: float | None = None

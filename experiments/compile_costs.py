@@ -5,7 +5,8 @@
 1. A small real search whose winner compiles (SPACE below: digits, every trial `compile: default`, the baseline's
    TTA given so the winner is a compiled trial), confirmed cold with the compile ways (search/compile_ways.py) and
    exported with `autospeed export`: the three compile costs it prints (autospeed.track.export.compile_lines),
-   each a median with where one more run falls (90%). `--best FILE`: an exported recipe instead, no search.
+   each a median with where one more run falls (90%; its spread pooled over every group of the confirmation's runs,
+   outcome.log_spread). `--best FILE`: an exported recipe instead, no search.
 2. `autospeed train --config best.yaml --json --no-track` in fresh processes, `--runs` rounds, interleaved, seeds
    --seed-base..: per round `new_machine` (an empty TORCHINDUCTOR_CACHE_DIR, --no-compile-cache),
    `new_machine_shipped_cache` (an empty folder, the cache exported beside best.yaml loaded: the default) and

@@ -209,3 +209,70 @@ def test_no_next_run_interval_from_too_few_runs_or_a_missed_target():
     assert next_run_interval([10.0, None, 11.0]) == (None, None)
     low, high = next_run_interval([10.0, 11.0, 12.0])
     assert low < 10.0 and 12.0 < high
+
+
+# three groups of runs on one machine, their log deviations known: s^2 = (2 x 0.01^2 + 2 x 0.05^2 + 4 x 0.03^2) / 7
+QUIET = [10.0 * math.exp(d) for d in (-0.01, 0.0, 0.01)]  # 3 runs within 2%: alone, a too-narrow spread
+NOISY = [2.0 * math.exp(d) for d in (-0.05, 0.0, 0.05)]
+FOUR = [5.0 * math.exp(d) for d in (-0.03, 0.03, -0.03, 0.03)]
+T95 = {2: 2.919986, 7: 1.894579}  # Student t quantiles at 0.95, from a printed table
+
+
+def test_the_next_run_interval_pools_the_spread_of_every_group_with_df_the_sum_of_n_minus_one():
+    from autospeed.outcome import log_spread, next_run_interval
+
+    spread = log_spread([QUIET, NOISY, FOUR])
+    assert spread.df == 2 + 2 + 3
+    assert spread.sd == pytest.approx(math.sqrt((2 * 0.01 ** 2 + 2 * 0.05 ** 2 + 4 * 0.03 ** 2) / 7))
+    half = T95[7] * spread.sd * math.sqrt(1 + 1 / 3)  # 0.0776 on the log scale: about +-8%
+    assert next_run_interval(QUIET, spread=spread) == pytest.approx((10.0 * math.exp(-half), 10.0 * math.exp(half)))
+    half = T95[7] * spread.sd * math.sqrt(1 + 1 / 4)  # the same spread, n = 4
+    assert next_run_interval(FOUR, spread=spread) == pytest.approx((5.0 * math.exp(-half), 5.0 * math.exp(half)))
+
+
+def test_one_group_alone_gives_its_own_spread_with_n_minus_one_df():
+    from autospeed.outcome import LogSpread, log_spread, next_run_interval
+
+    assert log_spread([QUIET]) == LogSpread(pytest.approx(0.01), 2)
+    half = T95[2] * 0.01 * math.sqrt(1 + 1 / 3)
+    assert next_run_interval(QUIET) == pytest.approx((10.0 * math.exp(-half), 10.0 * math.exp(half)))
+
+
+def test_a_group_with_a_missed_target_has_no_interval_and_adds_nothing_to_the_pool():
+    from autospeed.outcome import log_spread, next_run_interval
+
+    missed = [3.0, None, 3.3]
+    spread = log_spread([QUIET, NOISY, FOUR, missed, [4.0]])  # a single run: no spread either
+    assert spread == log_spread([QUIET, NOISY, FOUR])
+    assert next_run_interval(missed, spread=spread) == (None, None)
+    assert log_spread([missed, [0.0, 0.0, 0.0]]) is None  # nothing to pool (eager runs' compile seconds are 0)
+
+
+def test_one_more_run_falls_inside_the_pooled_interval_nine_times_in_ten():
+    """3 ways of 3 runs each with one spread (20%): a fourth run of the first lands inside its 90% interval from
+    the pooled spread about 90% of the time (t with 6 df, not 2)."""
+    from autospeed.outcome import log_spread, next_run_interval
+
+    rng = random.Random(7)
+    draw = lambda median: median * math.exp(rng.gauss(0.0, 0.2))  # noqa: E731
+    inside = 0
+    for _ in range(2000):
+        groups = [[draw(m) for _ in range(3)] for m in (15.0, 8.0, 1.0)]
+        low, high = next_run_interval(groups[0], spread=log_spread(groups))
+        inside += low <= draw(15.0) <= high
+    assert 0.88 <= inside / 2000 <= 0.92, inside / 2000
+
+
+def test_the_re_measurement_range_takes_the_pooled_spread():
+    """var = s^2 (c(3)/3 + c(3)/3 + 2 c(7)/7) with c(3) = 1.344, c(7) = 1.465 (n x the variance of a median of n
+    normal draws), t with the pool's 7 df; without a spread given, the two sides' pooled (4 df)."""
+    from autospeed.outcome import log_spread, remeasure_interval
+
+    spread = log_spread([QUIET, NOISY, FOUR])
+    half = T95[7] * spread.sd * math.sqrt(2 * 1.344 / 3 + 2 * 1.465 / 7)
+    assert remeasure_interval(QUIET, NOISY, 7, 0.9, spread) == pytest.approx((5.0 * math.exp(-half),
+                                                                               5.0 * math.exp(half)), rel=1e-4)
+    sd = math.sqrt((2 * 0.01 ** 2 + 2 * 0.05 ** 2) / 4)
+    half = 2.131847 * sd * math.sqrt(2 * 1.344 / 3 + 2 * 1.465 / 7)  # t(0.95, 4)
+    assert remeasure_interval(QUIET, NOISY, 7) == pytest.approx((5.0 * math.exp(-half), 5.0 * math.exp(half)),
+                                                                rel=1e-4)

@@ -33,7 +33,7 @@ from autospeed.search.confirm_fewest import ROUNDS
 from autospeed.search.confirm_stats import Candidate, ConfirmOutcome
 from autospeed.search.confirm_text import describe
 from autospeed.space import SearchSpec
-from autospeed.track import names
+from autospeed.track import names, writers
 from autospeed.train.compile_cache import CacheNotLoaded
 
 NEW_MACHINE, SHIPPED, WARM = "new_machine", "new_machine_shipped_cache", "same_machine_warm"
@@ -63,13 +63,21 @@ def not_measured_why(outcome: ConfirmOutcome, spec: SearchSpec, cache_file: str 
 def measure_compile_ways(ledger, outcome: ConfirmOutcome, spec: SearchSpec, cache_file: str | None,
                          console) -> dict[str, Candidate]:
     """Train the confirmed winner `outcome.repeats` times each way it was not confirmed in (module doc), logged as
-    `compile_way` runs; {way: a Candidate holding that way's runs}. Nothing (and one line saying why) where the ways
-    are not measured."""
+    `compile_way` runs; {way: a Candidate holding that way's runs}, also `outcome.compile_ways`, whose train clock
+    is then logged in the parent's confirmation compute. Nothing (and one line saying why) where the ways are not
+    measured."""
     why = not_measured_why(outcome, spec, cache_file)
     if why is not None:
         if outcome.winner is not None and outcome.winner.recipe.compile != "none":
             print(f"compile ways: only the confirmation's measured ({why})", file=console, flush=True)
         return {}
+    outcome.compile_ways = _measure(ledger, outcome, spec, cache_file, console)
+    writers.log_batch(ledger.out, ledger.session.parent_id, writers.metrics(outcome.compute_metrics))
+    return outcome.compile_ways
+
+
+def _measure(ledger, outcome: ConfirmOutcome, spec: SearchSpec, cache_file: str, console) -> dict[str, Candidate]:
+    """measure_compile_ways's runs, trained or kept: {way: a Candidate holding them}."""
     w, confirmed = outcome.winner, CONFIRMED_WAY[outcome.compile_cache]
     ways = [way for way in (NEW_MACHINE, SHIPPED, WARM) if way != confirmed]  # WARM last: it reuses a folder
     total = outcome.repeats * len(ways)

@@ -242,8 +242,7 @@ def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: 
     elif b is not None and b.median is not None:
         values[names.M_CONFIRM_BASELINE_MEDIAN] = b.median
         values[names.M_CONFIRM_BASELINE_WALL_MEDIAN] = b.wall_median
-    values[names.M_CONFIRM_COMPUTE_SECONDS] = outcome.compute_seconds
-    values[names.M_CONFIRM_COMPUTE_BASELINE_RUNS] = outcome.compute_baseline_runs
+    values.update(outcome.compute_metrics)
     values[names.M_CONFIRM_SPEEDUP] = outcome.speedup
     values[names.M_CONFIRM_WALL_SPEEDUP] = outcome.wall_speedup
     low, high = outcome.speedup_interval  # absent (None) with too few runs: no interval is printed then

@@ -13,6 +13,7 @@ from autospeed.outcome import (
     REMEASURE_RUNS,
     Status,
     interval_note,
+    log_spread,
     median_tta,
     remeasure_interval,
     speedup_interval,
@@ -82,6 +83,8 @@ class ConfirmOutcome:
     baseline_note: str = ""
     compile_cache: str = names.COMPILE_CACHE_COLD  # confirm.compile_cache: the inductor cache every run compiled from
     runs_mode: str = ROUNDS  # confirm.runs as it applied: rounds, fewest or one (search/confirm_fewest.py)
+    # a compiled winner's runs the other ways production pays its compile (search/compile_ways.py), by way
+    compile_ways: dict[str, Candidate] = field(default_factory=dict)
 
     @property
     def baseline_tta_seconds(self) -> float | None:
@@ -122,10 +125,12 @@ class ConfirmOutcome:
 
     @property
     def remeasure_interval(self) -> tuple[float | None, float | None]:
-        """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction)."""
+        """Predicted range of the speed-up a user measures again with 7 fresh runs a side (a prediction), its
+        log-TTA spread pooled over every candidate's runs (outcome.log_spread: one machine's noise)."""
         if not self.winner or not self.baseline or self.speedup is None or self.baseline_given_seconds is not None:
             return None, None
-        return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE)
+        return remeasure_interval(self.baseline.ttas, self.winner.ttas, REMEASURE_RUNS, CONFIDENCE,
+                                  log_spread(c.ttas for c in self.candidates))
 
     @property
     def interval_note(self) -> str | None:
@@ -137,14 +142,26 @@ class ConfirmOutcome:
         return interval_note(self.baseline.ttas, self.winner.ttas, self.confidence)
 
     @property
+    def runs(self) -> list[Candidate]:
+        """Every group of runs the confirmation trained: each candidate's, then each compile way's."""
+        return [*self.candidates, *self.compile_ways.values()]
+
+    @property
     def compute_seconds(self) -> float:
-        """Train-clock seconds of every confirmation run (missed targets at their whole budget)."""
-        return sum(sum(c.train_seconds) for c in self.candidates)
+        """Train-clock seconds of every confirmation run, the compile ways' included (missed targets at their whole
+        budget)."""
+        return sum(sum(c.train_seconds) for c in self.runs)
 
     @property
     def compute_baseline_runs(self) -> float | None:
         """compute_seconds in baseline runs (/ the baseline's median TTA, measured or given)."""
         return self.compute_seconds / self.baseline_tta_seconds if self.baseline_tta_seconds else None
+
+    @property
+    def compute_metrics(self) -> dict[str, float | None]:
+        """The parent's metrics of what the confirmation's runs cost (search/confirm.py logs them)."""
+        return {names.M_CONFIRM_COMPUTE_SECONDS: self.compute_seconds,
+                names.M_CONFIRM_COMPUTE_BASELINE_RUNS: self.compute_baseline_runs}
 
 
 def confirm_rounds(candidates: list[Candidate], repeats: int, max_repeats: int, run_round,

@@ -33,11 +33,13 @@ made true), then the combination of each knob's winning value (timed in `rounds`
 against the base). Cost: configurations x maths combinations x batch sizes x rounds probes.
 One that runs out of memory or fails where the base fits is not eligible (batch sizes where the
 base does not fit do not count), nor is a compile mode whose compile seconds are not repaid
-within the trial budget (compile_seconds >= budget x (1 - 1/speed): the time the faster steps
-save in a trial that runs its whole budget). The fastest eligible configuration faster than the
-noise wins: each maths-neutral knob of the space is narrowed to its value there. A batch size
-that does not fit the winner is trained in micro-batches: `micro_batch_size` becomes the largest
-probed batch size that fits and divides every one that does not (`auto` when none does).
+within the production budget (compile_seconds >= budget x (1 - 1/speed): the time the faster steps
+save in a run of the whole budget; the budget is confirm.max_train_seconds, a long job's
+production length, where the search sets it, else the trial budget, which the exported recipe
+keeps). The fastest eligible configuration faster than the noise wins: each maths-neutral knob
+of the space is narrowed to its value there. A batch size that does not fit the winner is
+trained in micro-batches: `micro_batch_size` becomes the largest probed batch size that fits
+and divides every one that does not (`auto` when none does).
 
 Maths-neutrality (`probe.neutrality.enabled`, search/neutrality.py): after the first timing round, each
 configuration's change from the base is trained for a few hundred steps under the baseline's maths, same seed and
@@ -265,7 +267,9 @@ def probe_stage(spec: SearchSpec, measure: Callable[[dict[str, Any], int], list[
     trials. No tracking."""
     configs = configurations(spec, spec.probe.max_configs)
     # one configuration (batch sizes only: what fits) has nothing to compare: one round
-    budget, rounds = spec.budget.max_train_seconds, spec.probe.rounds if len(configs) > 1 else 1
+    # a compile pays for itself within what the exported recipe trains: a long job's production budget
+    budget = spec.confirm.max_train_seconds or spec.budget.max_train_seconds
+    rounds = spec.probe.rounds if len(configs) > 1 else 1
     combos = maths_combinations(spec)
     labels = [maths_label(m) for m in combos if maths_label(m)]
     maths = f" x {len(combos)} maths ({', '.join(labels)})" if labels else ""

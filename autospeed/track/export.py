@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.errors import RunFailure
-from autospeed.outcome import is_infeasible, median_tta, next_run_interval
+from autospeed.outcome import LogSpread, is_infeasible, log_spread, median_tta, next_run_interval
 from autospeed.recipe import CompileCost, Measured, load_recipe
 from autospeed.track import names
 from autospeed.track import runs as res
@@ -187,33 +187,41 @@ def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, Compil
     """A compiled winner's compile, three ways: the way its confirmation runs trained (`state`: cold is a new
     machine, warm the search machine's cache) and the ways its `compile_way` runs trained after them
     (search/compile_ways.py), each the medians over its runs (a run that missed the target counts as infinitely
-    slow, as in the confirmed median) and where one more run falls, 90% (outcome.next_run_interval); "not
-    measured" for a way no run trained, never a guess."""
+    slow, as in the confirmed median) and where one more run falls, 90% (outcome.next_run_interval, its spread
+    pooled over every group of runs the confirmation trained: each candidate's, the baseline's, each way's);
+    "not measured" for a way no run trained, never a guess."""
     trials = parent.data.metrics.get(names.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
 
     def finished(kind: str, tags: dict[str, str]) -> list:
-        runs = res.child_runs(client, parent, kind, {names.TAG_TRIAL_ID: trial_id, **tags}, where=res.ENDED)
+        runs = res.child_runs(client, parent, kind, tags, where=res.ENDED)
         return [r for r in runs if names.TAG_STATUS in r.data.tags and names.M_COMPILE_SECONDS in r.data.metrics
                 and (trials is None or r.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)))]
 
+    groups: dict[tuple[str, str], list] = {}  # each candidate's confirmation runs, each compile way's runs
+    for run in finished(names.KIND_CONFIRM, {}):
+        groups.setdefault((names.KIND_CONFIRM, run.data.tags.get(names.TAG_TRIAL_ID, "")), []).append(run)
+    for run in finished(names.KIND_COMPILE_WAY, {names.TAG_TRIAL_ID: trial_id}):
+        groups.setdefault((names.KIND_COMPILE_WAY, run.data.tags[names.TAG_COMPILE_WAY]), []).append(run)
+    spreads = tuple(log_spread([[r.data.metrics.get(m) for r in runs] for runs in groups.values()])
+                    for m in (names.M_COMPILE_SECONDS, names.M_TTA))  # compile seconds with their own kind
     costs: dict[str, CompileCost | str] = dict.fromkeys(COMPILE_WAYS, NOT_MEASURED)
     for way in COMPILE_WAYS:
-        runs = (finished(names.KIND_CONFIRM, {}) if way == _WAY_OF_STATE[state]
-                else finished(names.KIND_COMPILE_WAY, {names.TAG_COMPILE_WAY: way}))
+        runs = groups.get((names.KIND_CONFIRM, trial_id) if way == _WAY_OF_STATE[state]
+                          else (names.KIND_COMPILE_WAY, way))
         if runs:
-            costs[way] = _cost(runs)
+            costs[way] = _cost(runs, *spreads)
     return costs
 
 
-def _cost(runs: list) -> CompileCost:
-    """One way's CompileCost from its finished runs."""
+def _cost(runs: list, compile_spread: LogSpread | None, tta_spread: LogSpread | None) -> CompileCost:
+    """One way's CompileCost from its finished runs and the confirmation's pooled spreads."""
     compiles = [r.data.metrics[names.M_COMPILE_SECONDS] for r in runs]
     ttas = [r.data.metrics.get(names.M_TTA) for r in runs]  # absent: the run missed the target
-    tta = median_tta(ttas)
-    (compile_low, compile_high), (tta_low, tta_high) = next_run_interval(compiles), next_run_interval(ttas)
-    return CompileCost(compile_seconds_median=statistics.median(compiles), tta_seconds_median=tta, runs=len(runs),
-                       compile_seconds_low=compile_low, compile_seconds_high=compile_high, tta_seconds_low=tta_low,
-                       tta_seconds_high=tta_high)
+    (compile_low, compile_high), (tta_low, tta_high) = (next_run_interval(compiles, spread=compile_spread),
+                                                        next_run_interval(ttas, spread=tta_spread))
+    return CompileCost(compile_seconds_median=statistics.median(compiles), tta_seconds_median=median_tta(ttas),
+                       runs=len(runs), compile_seconds_low=compile_low, compile_seconds_high=compile_high,
+                       tta_seconds_low=tta_low, tta_seconds_high=tta_high)
 
 
 def compile_lines(measured: Measured | None) -> list[str]:

@@ -183,7 +183,7 @@ def test_a_given_baseline_tta_is_not_rerun_and_its_speedup_claims_no_interval(st
 def test_given_baseline_speedup_is_a_range_over_the_winners_runs_never_an_interval():
     """Even with 3 runs of the winner (enough for an interval against a measured baseline), a given baseline
     gives its ratio of medians and the range given/max .. given/min, no interval; the compute line counts
-    every run's train clock in given baseline runs."""
+    every run's train clock in given baseline runs, a compiled winner's compile-way runs included."""
     winner = Candidate("w", False, None, Recipe(), ttas=[2.0, 2.5, 4.0], train_seconds=[2.0, 2.5, 4.0])
     measured_base = Candidate("b", True, None, Recipe(), ttas=[10.0, 11.0, 12.0], train_seconds=[10.0, 11.0, 12.0])
     assert decide([winner, measured_base], 3).speedup_interval[0] is not None
@@ -195,6 +195,10 @@ def test_given_baseline_speedup_is_a_range_over_the_winners_runs_never_an_interv
     assert compute_line(given) == "confirmation compute: 3 runs, 8.5 s of train clock = 0.85 baseline runs"
     both = decide([winner, measured_base], 3)
     assert compute_line(both) == "confirmation compute: 6 runs, 41.5 s of train clock = 3.77 baseline runs"
+    both.compile_ways = {"new_machine_shipped_cache": Candidate("w", False, None, Recipe(), ttas=[1.0, 1.2, 1.1],
+                                                                train_seconds=[1.0, 1.2, 1.1])}
+    assert compute_line(both) == ("confirmation compute: 9 runs (3 of them the compile ways), 44.8 s of train clock "
+                                  "= 4.07 baseline runs")
 
 
 def test_exploration_is_reported_in_baseline_runs_once_the_baseline_tta_is_known(store, tmp_path):

@@ -63,3 +63,20 @@ def test_rounds_stop_at_the_first_look_where_the_winner_separates_at_the_sequent
     assert 3 <= rounds < 7 and separated([fast, slow, base], level)
     cut = [_cand(c.trial_id, c.ttas[:rounds - 1], c.baseline) for c in (fast, slow, base)]
     assert rounds == 3 or not separated(cut, level)  # the look before did not separate
+
+
+def test_the_re_measurement_range_pools_the_spread_of_every_candidates_runs():
+    """The runner-up's noisy runs widen the winner's predicted re-measurement: one machine's noise, estimated from
+    all 9 runs (6 df) rather than the baseline's and the winner's 2 x 3 nearly equal ones; a runner-up that
+    missed a target adds nothing to it."""
+    from autospeed.outcome import log_spread, remeasure_interval
+
+    winner, base = _cand("w", [2.0, 2.02, 1.98]), _cand("base", [8.0, 8.1, 7.9], baseline=True)
+    noisy = _cand("noisy", [3.0, 3.6, 2.5])
+    low, high = decide([winner, noisy, base], 3).remeasure_interval
+    assert (low, high) == remeasure_interval(base.ttas, winner.ttas, 7, 0.9,
+                                             log_spread([winner.ttas, noisy.ttas, base.ttas]))
+    narrow_low, narrow_high = remeasure_interval(base.ttas, winner.ttas, 7)
+    assert low < narrow_low and narrow_high < high
+    missed = _cand("missed", [3.0, None, 2.5])
+    assert decide([winner, missed, base], 3).remeasure_interval == (narrow_low, narrow_high)

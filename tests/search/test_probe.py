@@ -237,6 +237,25 @@ def test_a_compile_mode_wins_only_when_its_compile_seconds_are_repaid_within_the
     assert p.fastest([base, compiled], probes, spec.budget.max_train_seconds)[0]["compile"] == winner
 
 
+@pytest.mark.parametrize("production_seconds,winner", [(None, "none"), (600, "default")])
+def test_the_probe_weighs_a_compile_against_the_production_budget(production_seconds, winner):
+    """A compile of 20 s at twice the speed: not repaid in a 30 s trial (saves 15 s), repaid in the 600 s production
+    run a long job confirms and exports (confirm.max_train_seconds: saves 300 s)."""
+    import io
+
+    confirm = {"confirm": {"max_train_seconds": production_seconds}} if production_seconds else {}
+    spec = spec_from_dict({**SPACE, **confirm, "probe": {"rounds": 2},
+                           "space": {"compile": {"choice": ["none", "default"]}, "lr": {"loguniform": [0.01, 0.1]}}},
+                          "x.yaml")
+
+    def measure(config: dict, round_: int) -> list[p.Probe]:
+        compiled = config["compile"] != "none"
+        return [p.Probe(config, b, p.OK, 100.0 * b * (2 if compiled else 1), 20.0 if compiled else 0.0,
+                        round=round_) for b in p.batch_sizes(spec)]
+
+    assert p.probe_stage(spec, measure, io.StringIO()).fixed["compile"] == winner
+
+
 def test_a_configuration_that_runs_out_of_memory_under_any_maths_where_the_baseline_fits_never_wins():
     base, wide = {"compile": "none"}, {"compile": "default"}
     probes = (measured(base, {32: 100.0, 64: 100.0}, maths=(SGD, ADAMW)) + measured(wide, {32: 900.0, 64: 900.0},

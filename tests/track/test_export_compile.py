@@ -22,10 +22,12 @@ BASE = Recipe(workload="digits", target_accuracy=0.9, max_train_seconds=30, lr=0
 
 
 def make_confirmed_search(client, winner: Recipe, compile_cache: str | None,
-                          ways: dict[str, list[tuple[float, float | None]]] | None = None) -> None:
+                          ways: dict[str, list[tuple[float, float | None]]] | None = None,
+                          baseline_runs: list[tuple[float, float | None]] = ()) -> None:
     """A finished search (a baseline and one trial) whose confirmation ran with `compile_cache` (None: a search
     confirmed before the setting existed, whose parent has no tag); `ways`: the winner's compile_way runs after it
-    (search/compile_ways.py), (compile seconds, TTA or None for a missed target) per way."""
+    (search/compile_ways.py), (compile seconds, TTA or None for a missed target) per way; `baseline_runs`: the
+    baseline's confirmation runs, alike."""
     exp = client.create_experiment("cc")
     parent = client.create_run(exp, tags={names.TAG_KIND: names.KIND_SEARCH, names.TAG_SEARCH_ID: "s1"})
     for trial_id, recipe, baseline in (("base", BASE, True), ("t1", winner, False)):
@@ -36,23 +38,21 @@ def make_confirmed_search(client, winner: Recipe, compile_cache: str | None,
         writers.log_batch(client, run.info.run_id, writers.metrics({names.M_OBJECTIVE: 2.0, names.M_TTA: 2.0}))
         client.log_text(run.info.run_id, recipe.to_yaml(), "recipe.yaml")
         client.set_terminated(run.info.run_id)
-    for repeat, (compile_seconds, tta) in enumerate(CONFIRM_RUNS):  # the winner's confirmation runs, as logged
-        run = client.create_run(exp, tags={names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_CONFIRM,
-                                           names.TAG_TRIAL_ID: "t1", names.TAG_CONFIRM_REPEAT: str(repeat),
-                                           names.TAG_CONFIRM_TRIALS: "2", names.TAG_STATUS: Status.REACHED.value})
-        writers.log_batch(client, run.info.run_id,
-                         writers.metrics({names.M_COMPILE_SECONDS: compile_seconds, names.M_TTA: tta}))
-        client.set_terminated(run.info.run_id)
-    for way, runs in (ways or {}).items():
-        for repeat, (compile_seconds, tta) in enumerate(runs):
+
+    def log_runs(kind: str, trial_id: str, runs, tags: dict[str, str]) -> None:
+        for repeat, (compile_seconds, tta) in enumerate(runs):  # as confirmation logs them
             run = client.create_run(exp, tags={
-                names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: names.KIND_COMPILE_WAY,
-                names.TAG_COMPILE_WAY: way, names.TAG_TRIAL_ID: "t1", names.TAG_CONFIRM_REPEAT: str(repeat),
-                names.TAG_CONFIRM_TRIALS: "2",
+                names.TAG_PARENT: parent.info.run_id, names.TAG_KIND: kind, names.TAG_TRIAL_ID: trial_id,
+                names.TAG_CONFIRM_REPEAT: str(repeat), names.TAG_CONFIRM_TRIALS: "2", **tags,
                 names.TAG_STATUS: (Status.REACHED if tta else Status.NOT_REACHED).value})
             writers.log_batch(client, run.info.run_id, writers.metrics({names.M_COMPILE_SECONDS: compile_seconds,
                                                                       **({names.M_TTA: tta} if tta else {})}))
             client.set_terminated(run.info.run_id)
+
+    log_runs(names.KIND_CONFIRM, "t1", CONFIRM_RUNS, {})
+    log_runs(names.KIND_CONFIRM, "base", baseline_runs, {})
+    for way, runs in (ways or {}).items():
+        log_runs(names.KIND_COMPILE_WAY, "t1", runs, {names.TAG_COMPILE_WAY: way})
     winner_c = Candidate("t1", False, 2.0, winner, ttas=[2.0, 2.1, 1.9])
     base_c = Candidate("base", True, 8.0, BASE, ttas=[8.0, 8.2, 7.9])
     outcome = decide([winner_c, base_c], 3)
@@ -119,8 +119,9 @@ def test_the_export_gives_the_compile_three_ways_and_which_the_speedup_includes(
 def test_the_compile_way_runs_after_confirmation_fill_the_other_two_ways_each_with_its_next_run_interval(client,
                                                                                                       tmp_path):
     """Confirmed cold (new_machine: compile 1.2 s, TTA 2.0 s), then the winner with its shipped cache and warm
-    (search/compile_ways.py): each way its own medians and where one more run falls, 90%, never pooled with another
-    way's runs; a way with a missed target has a median but no TTA interval."""
+    (search/compile_ways.py): each way its own medians and where one more run falls, 90% (each way's centre, the
+    spread pooled: test_the_next_run_interval_pools_the_spread_of_every_group_of_the_confirmation); a way with a
+    missed target has a median but no TTA interval."""
     shipped = [(0.9, 1.7), (1.0, 1.8), (0.8, 1.6)]
     warm = [(0.1, 0.9), (0.2, 1.0), (0.1, None)]
     make_confirmed_search(client, COMPILED, "cold", {"new_machine_shipped_cache": shipped, "same_machine_warm": warm})
@@ -145,3 +146,28 @@ def test_an_eager_winner_has_no_compile_costs(client):
     make_confirmed_search(client, BASE.model_copy(update={"lr": 0.1}), "cold")
     text, _ = best_recipe_yaml(client, "cc")
     assert "compile_costs" not in yaml.safe_load(text)["measured"]
+
+
+def test_the_next_run_interval_pools_the_spread_of_every_group_of_the_confirmation(client, tmp_path):
+    """The baseline's noisy confirmation runs (TTA 6.9-9.6 s) and the shipped cache's widen the new machine's TTA
+    interval: one machine's noise, from every group of runs; compile seconds pool with compile seconds only (the
+    eager baseline's 0 s are no compile), a way with a missed target adds nothing to the TTAs' pool."""
+    from autospeed.outcome import log_spread, next_run_interval
+
+    base_runs, shipped = [(0.0, 8.0), (0.0, 9.6), (0.0, 6.9)], [(0.9, 1.7), (1.0, 1.8), (0.8, 1.6)]
+    warm = [(0.1, 0.9), (0.2, 1.0), (0.1, None)]
+    make_confirmed_search(client, COMPILED, "cold", {"new_machine_shipped_cache": shipped, "same_machine_warm": warm},
+                          baseline_runs=base_runs)
+    text, _ = best_recipe_yaml(client, "cc")
+    (tmp_path / "best.yaml").write_text(text)
+    cold = load_recipe(tmp_path / "best.yaml").measured.compile_costs["new_machine"]
+    ttas, compiles = [t for _, t in CONFIRM_RUNS], [c for c, _ in CONFIRM_RUNS]
+    pooled = next_run_interval(ttas, spread=log_spread([ttas, [t for _, t in base_runs], [t for _, t in shipped]]))
+    assert (cold.tta_seconds_low, cold.tta_seconds_high) == pytest.approx(pooled)
+    own_low, own_high = next_run_interval(ttas)
+    assert cold.tta_seconds_low < own_low and own_high < cold.tta_seconds_high
+    by_kind = log_spread([compiles, [c for c, _ in shipped], [c for c, _ in warm]])
+    assert (cold.compile_seconds_low, cold.compile_seconds_high) == pytest.approx(next_run_interval(compiles,
+                                                                                                      spread=by_kind))
+    line = compile_lines(load_recipe(tmp_path / "best.yaml").measured)[1]
+    assert f"TTA 2.00 s [next run {pooled[0]:.2f}-{pooled[1]:.2f} s]" in line

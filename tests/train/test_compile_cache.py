@@ -145,8 +145,8 @@ def test_export_of_a_winner_that_does_not_compile_ships_no_cache(tmp_path, new_s
 def test_the_confirmed_winner_trains_with_its_shipped_cache_and_warm_once_each_and_a_resume_keeps_both(
         search_machine, tmp_path, new_store):
     """search/compile_ways.py after a cold confirmation of one round: one run with the cache the export ships and
-    one warm, both real and compiled, logged as compile_way runs under their ways; a resumed search (a new ledger
-    over the same store) keeps both and trains nothing."""
+    one warm, both real and compiled, logged as compile_way runs under their ways and counted in the confirmation's
+    compute; a resumed search (a new ledger over the same store) keeps both and trains nothing."""
     from autospeed.search.compile_ways import measure_compile_ways
     from autospeed.search.confirm_ledger import RunLedger
     from autospeed.search.confirm_stats import ConfirmOutcome
@@ -175,6 +175,9 @@ def test_the_confirmed_winner_trains_with_its_shipped_cache_and_warm_once_each_a
                               filter_string=f"tags.`{names.TAG_KIND}` = '{names.KIND_COMPILE_WAY}'")
     assert sorted(r.data.tags[names.TAG_COMPILE_WAY] for r in runs) == sorted(ways)
     assert all(r.data.metrics[names.M_COMPILE_SECONDS] > 0 and r.info.status == "FINISHED" for r in runs)
+    assert outcome.compile_ways == ways  # their train clock is in the confirmation's compute, on the parent too
+    spent = sum(r.data.metrics[names.M_TRAIN_SECONDS] for r in runs)
+    assert client.get_run(parent.info.run_id).data.metrics[names.M_CONFIRM_COMPUTE_SECONDS] == pytest.approx(spent)
 
     again = io.StringIO()
     kept = measure_compile_ways(ledger(), outcome, spec, str(saved), again)
