@@ -42,11 +42,12 @@ def halving_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]],
     rung's trials by their score there, then those each earlier rung dropped, by their score at it) and each rung's
     trials, best first."""
     alive, dropped, rungs = list(order), [], []
-    for h, n in plan:
-        alive = sorted(alive[:], key=lambda i: score(i, h))
+    for k, (h, _) in enumerate(plan):
+        alive = sorted(alive, key=lambda i: score(i, h))
         rungs.append(alive)
-        dropped = alive[n:] + dropped
-        alive = alive[:n]
+        going_on = plan[k + 1][1] if k + 1 < len(plan) else len(alive)  # how many the next rung trains
+        dropped = alive[going_on:] + dropped
+        alive = alive[:going_on]
     return alive + dropped, rungs
 
 
@@ -78,6 +79,8 @@ def lr_trend(rungs: Sequence[Sequence[int]], plan: Sequence[tuple[float, int]], 
     """The effective LR of each rung's leader, and the trend's LR at the job's length: a least-squares line of
     log(leader's LR) on log(horizon) over the rungs, extrapolated to `job_samples`."""
     leaders = [lr(r[0]) for r in rungs]
+    if len(rungs) < 2:  # one rung (two trials or fewer): no trend
+        return leaders, leaders[0]
     x = np.log([h for h, _ in plan])
     slope, intercept = np.polyfit(x, np.log(leaders), 1)
     return leaders, float(math.exp(intercept + slope * math.log(job_samples)))
@@ -107,7 +110,8 @@ def plans_for(cut_samples: float, trials: int, n: int | None = None) -> dict[int
 
 def grown(order: Sequence[int], plans: dict[int, list[tuple[float, int]]], score: Callable[[int, float], float],
           lr: Callable[[int], float], job_samples: float) -> tuple[dict[str, list[int]], dict]:
-    """Each GROWN arm's ranking of the trials `order`; and what ASHA spent, the leaders' LRs and the trend's."""
+    """Each GROWN arm's ranking of the trials `order`; and what ASHA spent, the leaders' LRs and the trend's, and
+    the trials eta 3's halving trained past its first rung."""
     out, rungs3 = {}, []
     for eta in ETAS:
         out[f"halving {eta}"], rungs = halving_ranked(order, plans[eta], score)
@@ -115,4 +119,5 @@ def grown(order: Sequence[int], plans: dict[int, list[tuple[float, int]]], score
     out["asha 3"], asha_spent = asha_ranked(order, plans[3], 3, score)
     leaders, trend = lr_trend(rungs3, plans[3], lr, job_samples)
     out["halving 3 + LR trend"] = trend_ranked(out["halving 3"], rungs3, lr, trend)
-    return out, {"asha_spent": asha_spent, "leaders": leaders, "trend": trend}
+    return out, {"asha_spent": asha_spent, "leaders": leaders, "trend": trend,
+                 "second_rung": rungs3[min(1, len(rungs3) - 1)]}

@@ -201,16 +201,17 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
     cap = max(r["epochs"] for r in recipes) * data["train_size"]
     trials = [[trial_row(r, s, cut) for r in recipes] for s in range(seeds)]  # [seed][recipe]
     fixed = {a: [fixed_scores(t, a, cut, target, data["predict"], cap) for t in trials] for a in FIXED}
-    plans, whole_plans = arms.plans_for(cut, TRIALS), arms.plans_for(cut, TRIALS, n)
+    size = min(TRIALS, n)  # a search's trials (fewer only in the quick pass)
+    plans, whole_plans = arms.plans_for(cut, size), arms.plans_for(cut, size, n)
     at = {h: [[ranking.metric_score(trial_row(r, s, h), h, target) for r in recipes] for s in range(seeds)]
           for p in plans.values() for h, _ in p}  # the metric at each rung's horizon: [seed][recipe]
     lrs = [effective_lr(r["params"]) for r in recipes]
     rng = np.random.default_rng(seed)
     per = {a: {"miss": [], "regret": [], "top3": [], "wins": 0, "losses": 0, "other": []} for a in ARMS}
-    grew = {"asha_spent": [], "leaders": [], "trend": [], "best_lr": []}
+    grew = {"asha_spent": [], "leaders": [], "trend": [], "best_lr": [], "lost_first": [], "lost_flat": []}
     skipped = departs = default = 0  # horizon 0.71's first pick unlike the metric's; of those, scored by default
     for _ in range(searches):
-        order = [int(i) for i in rng.permutation(n)[:min(TRIALS, n)]]
+        order = [int(i) for i in rng.permutation(n)[:size]]
         picked = [int(s) for s in rng.integers(seeds, size=n)]  # each recipe's trial: one of its seeds
         rows = [trials[s][i] for i, s in enumerate(picked)]
         t = truth[order]
@@ -233,7 +234,10 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             per[a]["other"].append(not math.isfinite(other[picked[ranked[0]], ranked[0]]))
         for k in ("asha_spent", "leaders", "trend"):
             grew[k].append(info[k])
-        grew["best_lr"].append(lrs[min(order, key=lambda i: truth[i])])
+        fastest_i = min(order, key=lambda i: truth[i])
+        grew["best_lr"].append(lrs[fastest_i])
+        grew["lost_first"].append(fastest_i not in info["second_rung"])  # halving 3 stopped it at b
+        grew["lost_flat"].append(fastest_i not in ranks["metric"][:len(info["second_rung"])])
         if ranks["horizon 0.71"][0] != ranks["metric"][0]:
             departs += 1
             default += ranks["horizon 0.71"][0] in assumed(rows, order, cut, target)
@@ -241,9 +245,10 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
            "skipped": skipped, "searches": searches, "departs": departs, "default": default, "plans": plans,
            "pooled": horizon.pooled([ranking.horizon_cut(r, cut, target).exponent for r in trials[0]]).mid,
            "ceiling": ranking.spearman(truth[reach], truth[reach]) if reach.sum() > 2 else math.nan,
-           "asha_spent": _mean(grew["asha_spent"]) / (TRIALS * cut) if grew["asha_spent"] else math.nan,
+           "asha_spent": _mean(grew["asha_spent"]) / (size * cut) if grew["asha_spent"] else math.nan,
            "leaders": np.median(grew["leaders"], axis=0).tolist() if grew["leaders"] else [],
-           "trend": _median(grew["trend"]), "best_lr": _median(grew["best_lr"])}
+           "trend": _median(grew["trend"]), "best_lr": _median(grew["best_lr"]),
+           "lost_first": _mean(grew["lost_first"]), "lost_flat": _mean(grew["lost_flat"])}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged (a grown arm: its rank over all)
         scores = []
         for s in range(seeds):
