@@ -121,3 +121,27 @@ def grown(order: Sequence[int], plans: dict[int, list[tuple[float, int]]], score
     out["halving 3 + LR trend"] = trend_ranked(out["halving 3"], rungs3, lr, trend)
     return out, {"asha_spent": asha_spent, "leaders": leaders, "trend": trend,
                  "second_rung": rungs3[min(1, len(rungs3) - 1)]}
+
+
+def leave_one_out(truth: np.ndarray, metric: list[list[float]], at: dict, plan: list[tuple[float, int]],
+                  trials: int, searches: int, seed: int) -> list[tuple[float, float]]:
+    """With each recipe left out in turn: (the metric at the cut's first-pick miss, halving's) over `searches`
+    simulated searches of the others. `metric[seed][recipe]` the flat score, `at[horizon][seed][recipe]` the
+    metric at a rung. Whether one recipe carries the difference."""
+    n, seeds = len(truth), len(metric)
+    out = []
+    for j in range(n):
+        rest = [i for i in range(n) if i != j]
+        rng = np.random.default_rng(seed)
+        miss = {"metric": [], "halving": []}
+        for _ in range(searches):
+            order = [rest[int(k)] for k in rng.permutation(len(rest))[:trials]]
+            picked = {i: int(rng.integers(seeds)) for i in order}
+            if not np.isfinite(truth[order]).any():
+                continue
+            flat = min(order, key=lambda i: metric[picked[i]][i])
+            grown_first = halving_ranked(order, plan, lambda i, h: at[h][picked[i]][i])[0][0]
+            miss["metric"].append(not math.isfinite(truth[flat]))
+            miss["halving"].append(not math.isfinite(truth[grown_first]))
+        out.append((float(np.mean(miss["metric"])), float(np.mean(miss["halving"]))))
+    return out

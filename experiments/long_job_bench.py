@@ -248,7 +248,8 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
            "asha_spent": _mean(grew["asha_spent"]) / (size * cut) if grew["asha_spent"] else math.nan,
            "leaders": np.median(grew["leaders"], axis=0).tolist() if grew["leaders"] else [],
            "trend": _median(grew["trend"]), "best_lr": _median(grew["best_lr"]),
-           "lost_first": _mean(grew["lost_first"]), "lost_flat": _mean(grew["lost_flat"])}
+           "lost_first": _mean(grew["lost_first"]), "lost_flat": _mean(grew["lost_flat"]),
+           "loo": arms.leave_one_out(truth, fixed["metric"], at, plans[3], size, max(searches // 4, 1), seed)}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged (a grown arm: its rank over all)
         scores = []
         for s in range(seeds):
