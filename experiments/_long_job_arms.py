@@ -143,5 +143,6 @@ def leave_one_out(truth: np.ndarray, metric: list[list[float]], at: dict, plan: 
             grown_first = halving_ranked(order, plan, lambda i, h: at[h][picked[i]][i])[0][0]
             miss["metric"].append(not math.isfinite(truth[flat]))
             miss["halving"].append(not math.isfinite(truth[grown_first]))
-        out.append((float(np.mean(miss["metric"])), float(np.mean(miss["halving"]))))
+        if miss["metric"]:  # else no search of the others had a recipe that reaches
+            out.append((float(np.mean(miss["metric"])), float(np.mean(miss["halving"]))))
     return out

@@ -99,9 +99,10 @@ def reading(results: list[dict], lr_split: str, collapses: str) -> list[str]:
            "many searches of the others), its miss is lower than the metric's in " + ", ".join(
                f"{sum(h < m for m, h in r['loo'])} of {len(r['loo'])}" for r in results) + " by row, the smallest "
            "difference (the metric's miss minus halving's) " + ", ".join(
-               f"{round(min(m - h for m, h in r['loo']) * 100):d}" for r in results) + " points; one recipe left "
-           "out erases it at " + (", ".join(f"{r['target']} {r['ratio']}x" for r in results
-                                          if min(m - h for m, h in r["loo"]) <= 0) or "no row") +
+               f"{round(min(m - h for m, h in r['loo']) * 100):d}" if r["loo"] else "-" for r in results) +
+           " points; one recipe left out erases it at " + (", ".join(
+               f"{r['target']} {r['ratio']}x" for r in results if r["loo"] and min(m - h for m, h in r["loo"]) <= 0)
+               or "no row") +
            ". What it trades: a longer last rung catches "
            f"recipes that lead early and then fall apart ({collapses}), but its first rung is shorter than the flat "
            "cut, and it stops the search's truly fastest recipe there in " + ", ".join(
