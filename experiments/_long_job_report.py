@@ -85,6 +85,8 @@ def reading(results: list[dict], lr_split: str, collapses: str) -> list[str]:
     n = len(results)
     below = [r for r in results if r["metric"]["auc"] < 0.5]
     high = [r for r in results if r["leaders"] and r["leaders"][1] > 1.25 * r["best_lr"]]
+    steady = [f"{r['target']} {r['ratio']}x" for r in results if r["leaders"] and max(r["leaders"]) / min(r["leaders"])
+              < 1.1 and abs(math.log(r["leaders"][-1] / r["best_lr"])) < math.log(1.1)]
     trend_worse = [r for r in results if r["halving 3 + LR trend"]["miss"] > r["halving 3"]["miss"] + 0.01]
     b = results[0]["plans"][3][0][0] / results[0]["cut"]
     out = ["## Reading", "",
@@ -113,8 +115,9 @@ def reading(results: list[dict], lr_split: str, collapses: str) -> list[str]:
            "- 'asha 3' (Ray Tune's asynchronous rule, what the product's ASHA does, on eta 3's horizons, trials one "
            f"after another) spends {_span([r['asha_spent'] for r in results], False)}x the flat arm's samples (a "
            f"rung's first trials always continue): {_against_metric(results, 'asha 3')}.",
-           "- The effective LR across horizons (the table above): at 20x the leader's LR is the same at b, 3b and 9b "
-           "in most rows and close to the search's truly fastest recipe's; the leader at 3b has an LR more than "
+           "- The effective LR across horizons (the table above): the leader's LR is within 10% at b, 3b and 9b, and "
+           f"at 9b within 10% of the search's truly fastest recipe's, in {len(steady)} of {n} rows ("
+           + ", ".join(steady) + "); the leader at 3b has an LR more than "
            f"1.25x the truly fastest recipe's in {len(high)} of {n} rows (" + ", ".join(
                f"{r['target']} {r['ratio']}x: {r['leaders'][1]:.3g} vs {r['best_lr']:.3g}" for r in high) +
            "): short trials preferring too high an LR. A trend fitted over b, 3b and 9b and extrapolated " +
