@@ -295,10 +295,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "long_job_bench", "long_job_bench.py",
         "long jobs, measured truth (long_bench.yaml, 3 seeds, samples to target): decision metrics of four rankings "
-        "of trials cut at 20x and 50x horizon ratios over simulated 12-trial searches",
+        "of trials cut at 20x and 50x horizon ratios, and of successive halving, ASHA and an LR trend at the same "
+        "exploration compute, over simulated 12-trial searches",
         runs=(_r("--part", "curves", writes=("long_job_bench_curves.json",)),
               _r("--part", "analysis", writes=("long_job_bench.md",),
-                 measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py"))),
+                 measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py",
+                           "experiments/_long_job_arms.py", "experiments/_long_job_report.py"))),
         # a tiny real run of both parts: 3 recipes, 2 seeds, 3 epochs of 3,200 samples, targets a few reach
         quick=("--part", "all", "--recipes", "3", "--seeds", "2", "--epochs", "3", "--num-samples", "4000",
                "--targets", "0.3", "0.25", "--stop", "0.3", "--searches", "20",

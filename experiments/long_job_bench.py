@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _long_job_arms as arms  # noqa: E402
 from _common import RESULTS, provenance, results_header, shown, write_results  # noqa: E402
 
 SPACE = "search_spaces/long_bench.yaml"
@@ -49,8 +50,7 @@ RATIOS = (20, 50)  # a trial = 1/20 and 1/50 of the fastest recipe's samples to 
 TRIAL_EVALUATIONS = 24  # the trial run's evaluations up to its window (5% of the fastest recipe's samples)
 COOLDOWN_FRACTION = 0.2
 TRIALS = 12
-ARMS = ("metric", "horizon 0.71", "horizon branch", "previous")
-GOALS = {20: (0.10, 1.15), 50: (0.20, 1.30)}  # first-pick miss at most, median regret at most (issue 43)
+FLAT, ARMS = arms.FLAT, arms.ARMS
 
 
 # ---------------------------------------------------------------- (1) curves
@@ -178,6 +178,11 @@ def assumed(rows: list[dict], order: list[int], cut: float, target: float) -> se
     return out
 
 
+def effective_lr(params: dict) -> float:
+    """lr x sqrt(batch / 128): the space's LR scaling, the LR a recipe's steps take."""
+    return params["lr"] * math.sqrt(params["batch_size"] / 128)
+
+
 def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -> dict:
     import long_job_ranking as ranking
 
@@ -186,6 +191,9 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
     recipes = data["recipes"]
     n, seeds = len(recipes), data["seeds"]
     truth = np.array([recipe_truth([samples_to(c, target) for c in r["full"]]) for r in recipes])
+    # a check: each trial scored against its recipe's other seeds only (the trial's own seed left out of the truth)
+    other = np.array([[recipe_truth([samples_to(c, target) for k, c in enumerate(r["full"]) if k != s])
+                       for r in recipes] for s in range(seeds)]) if seeds > 1 else np.array([truth])
     reach = np.isfinite(truth)
     fastest = float(truth.min())
     # at least every trial's first evaluation (binds only on tiny runs: the quick pass)
@@ -193,11 +201,17 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
     cap = max(r["epochs"] for r in recipes) * data["train_size"]
     trials = [[trial_row(r, s, cut) for r in recipes] for s in range(seeds)]  # [seed][recipe]
     fixed = {a: [fixed_scores(t, a, cut, target, data["predict"], cap) for t in trials] for a in FIXED}
+    size = min(TRIALS, n)  # a search's trials (fewer only in the quick pass)
+    plans, whole_plans = arms.plans_for(cut, size), arms.plans_for(cut, size, n)
+    at = {h: [[ranking.metric_score(trial_row(r, s, h), h, target) for r in recipes] for s in range(seeds)]
+          for p in plans.values() for h, _ in p}  # the metric at each rung's horizon: [seed][recipe]
+    lrs = [effective_lr(r["params"]) for r in recipes]
     rng = np.random.default_rng(seed)
-    per = {a: {"miss": [], "regret": [], "top3": []} for a in ARMS}
+    per = {a: {"miss": [], "regret": [], "top3": [], "wins": 0, "losses": 0, "other": []} for a in ARMS}
+    grew = {"asha_spent": [], "leaders": [], "trend": [], "best_lr": [], "lost_first": [], "lost_flat": []}
     skipped = departs = default = 0  # horizon 0.71's first pick unlike the metric's; of those, scored by default
     for _ in range(searches):
-        order = [int(i) for i in rng.permutation(n)[:min(TRIALS, n)]]
+        order = [int(i) for i in rng.permutation(n)[:size]]
         picked = [int(s) for s in rng.integers(seeds, size=n)]  # each recipe's trial: one of its seeds
         rows = [trials[s][i] for i, s in enumerate(picked)]
         t = truth[order]
@@ -205,34 +219,61 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             skipped += 1
             continue
         best = float(t.min())
-        firsts = {}
-        for a in ARMS:
+        ranks, info = arms.grown(order, plans, lambda i, h: at[h][picked[i]][i], lambda i: lrs[i], ratio * cut)
+        for a in FLAT:
             s = ({i: fixed[a][picked[i]][i] for i in order} if a in FIXED
                  else horizon_scores(rows, a, order, cut, target, cap))
-            ranked = sorted(order, key=lambda i: s[i])
-            firsts[a] = ranked[0]
+            ranks[a] = sorted(order, key=lambda i: s[i])
+        for a in ARMS:
+            ranked = ranks[a]
             per[a]["miss"].append(not math.isfinite(truth[ranked[0]]))
             per[a]["regret"].append(truth[ranked[0]] / best)
             per[a]["top3"].append(min(truth[i] for i in ranked[:3]) <= 1.1 * best)
-        if firsts["horizon 0.71"] != firsts["metric"]:
+            per[a]["wins"] += per["metric"]["miss"][-1] > per[a]["miss"][-1]
+            per[a]["losses"] += per["metric"]["miss"][-1] < per[a]["miss"][-1]
+            per[a]["other"].append(not math.isfinite(other[picked[ranked[0]], ranked[0]]))
+        for k in ("asha_spent", "leaders", "trend"):
+            grew[k].append(info[k])
+        fastest_i = min(order, key=lambda i: truth[i])
+        grew["best_lr"].append(lrs[fastest_i])
+        grew["lost_first"].append(fastest_i not in info["second_rung"])  # halving 3 stopped it at b
+        grew["lost_flat"].append(fastest_i not in ranks["metric"][:len(info["second_rung"])])
+        if ranks["horizon 0.71"][0] != ranks["metric"][0]:
             departs += 1
-            default += firsts["horizon 0.71"] in assumed(rows, order, cut, target)
+            default += ranks["horizon 0.71"][0] in assumed(rows, order, cut, target)
     out = {"target": target, "ratio": ratio, "cut": cut, "fastest": fastest, "reached": int(reach.sum()), "n": n,
-           "skipped": skipped, "searches": searches, "departs": departs, "default": default,
+           "skipped": skipped, "searches": searches, "departs": departs, "default": default, "plans": plans,
            "pooled": horizon.pooled([ranking.horizon_cut(r, cut, target).exponent for r in trials[0]]).mid,
-           "ceiling": ranking.spearman(truth[reach], truth[reach]) if reach.sum() > 2 else math.nan}
-    for a in ARMS:  # over all recipes, each trial's seed in turn, averaged
-        whole = [fixed[a][s] if a in FIXED else horizon_scores(trials[s], a, list(range(n)), cut, target, cap)
-                 for s in range(seeds)]
-        scores = [np.array([w[i] for i in range(n)]) for w in whole]
+           "ceiling": ranking.spearman(truth[reach], truth[reach]) if reach.sum() > 2 else math.nan,
+           "asha_spent": _mean(grew["asha_spent"]) / (size * cut) if grew["asha_spent"] else math.nan,
+           "leaders": np.median(grew["leaders"], axis=0).tolist() if grew["leaders"] else [],
+           "trend": _median(grew["trend"]), "best_lr": _median(grew["best_lr"]),
+           "lost_first": _mean(grew["lost_first"]), "lost_flat": _mean(grew["lost_flat"]),
+           "loo": arms.leave_one_out(truth, fixed["metric"], at, plans[3], size, max(searches // 4, 1), seed)}
+    for a in ARMS:  # over all recipes, each trial's seed in turn, averaged (a grown arm: its rank over all)
+        scores = []
+        for s in range(seeds):
+            if a in FLAT:
+                w = fixed[a][s] if a in FIXED else horizon_scores(trials[s], a, list(range(n)), cut, target, cap)
+                scores.append(np.array([w[i] for i in range(n)]))
+            else:
+                ranked = arms.grown(range(n), whole_plans, lambda i, h, s=s: at[h][s][i], lambda i: lrs[i],
+                                    ratio * cut)[0][a]
+                scores.append(np.argsort(ranked).astype(float))
         done = per[a]["regret"]
         out[a] = {"miss": statistics.fmean(per[a]["miss"]) if done else math.nan,
                   "regret": ranking.rank_quantile(done, 0.5) if done else math.nan,
                   "regret90": ranking.rank_quantile(done, 0.9) if done else math.nan,
                   "top3": statistics.fmean(per[a]["top3"]) if done else math.nan,
+                  "wins": per[a]["wins"], "losses": per[a]["losses"],
+                  "miss_other": statistics.fmean(per[a]["other"]) if done else math.nan,
                   "rho": _mean([ranking.spearman(s[reach], truth[reach]) for s in scores]),
                   "auc": _mean([ranking.auc(list(reach), list(s)) for s in scores])}
     return out
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else math.nan
 
 
 def _mean(values: list[float]) -> float:
@@ -270,53 +311,11 @@ def branch_factors(data: dict, results: list[dict]) -> list[str]:
     return ["Cooldown branches at the space's target's cuts:", "", *out] if out else []
 
 
-def table(results: list[dict]) -> list[str]:
-    from long_job_ranking import fmt
-
-    out = ["| target | ratio (cut, samples) | reach | arm | first-pick miss | median regret | 90th pct regret | "
-           "top-3 within 1.1x | rho reached (ceiling) | AUC |", "|" + "---|" * 10]
-    for r in results:
-        for a in ARMS:
-            c = r[a]
-            out.append(f"| {r['target']} | {r['ratio']}x ({r['cut']:.0f}) | {r['reached']}/{r['n']} | {a} | "
-                       f"{fmt(c['miss'], True)} | {fmt(c['regret'])} | {fmt(c['regret90'])} | {fmt(c['top3'], True)} | "
-                       f"{fmt(c['rho'])} ({fmt(r['ceiling'])}) | {fmt(c['auc'])} |")
-    return out
-
-
-def goals(results: list[dict]) -> list[str]:
-    """Issue 43's E2/E3 goals, each arm at each target: met or not, counted from the rows."""
-    from long_job_ranking import fmt
-
-    out = ["## Goals (issue 43, E2/E3), the space's target first", ""]
-    for r in results:
-        if not r["searches"] - r["skipped"]:
-            out.append(f"- {r['target']}, {r['ratio']}x: not measured (no simulated search had a recipe that "
-                       "reaches).")
-            continue
-        miss_max, regret_max = GOALS[r["ratio"]]
-        metric = r["metric"]
-        for a in ARMS:
-            c = r[a]
-            checks = [(f"first-pick miss {fmt(c['miss'], True)} <= {miss_max:.0%}", c["miss"] <= miss_max),
-                      (f"median regret {fmt(c['regret'])} <= {regret_max}", c["regret"] <= regret_max),
-                      (f"rho {fmt(c['rho'])} >= 0.8 over {r['reached']} >= 15 reached recipes",
-                       c["rho"] >= 0.8 and r["reached"] >= 15)]
-            if a != "metric":
-                checks.append((f"never worse than the metric at the cut (miss {fmt(c['miss'], True)} vs "
-                               f"{fmt(metric['miss'], True)}, median regret {fmt(c['regret'])} vs "
-                               f"{fmt(metric['regret'])})",
-                               c["miss"] <= metric["miss"] + 0.01 and c["regret"] <= metric["regret"] + 1e-9))
-            out.append(f"- {r['target']}, {r['ratio']}x, {a}: " + "; ".join(
-                f"{text}: {'met' if ok else 'NOT met'}" for text, ok in checks) + ".")
-    return out
-
-
 def lr_split(data: dict, target: float) -> str:
     """The effective LRs (lr x sqrt(batch / 128), the space's scaling) of the recipes that never reach `target`
     against those that do."""
     def eff(r: dict) -> float:
-        return r["params"]["lr"] * math.sqrt(r["params"]["batch_size"] / 128)
+        return effective_lr(r["params"])
 
     never = sorted(eff(r) for r in data["recipes"] if not math.isfinite(recipe_truth([samples_to(c, target)
                                                                                      for c in r["full"]])))
@@ -326,41 +325,19 @@ def lr_split(data: dict, target: float) -> str:
             f"{reach[0]:.3g}-{reach[-1]:.3g}" if never and reach else "")
 
 
-def reading(data: dict, results: list[dict]) -> list[str]:
-    """What the rows say across conditions, counted from them."""
-    def same(a: str, b: str) -> int:  # rows where two arms' decision metrics are equal (nan: no search)
-        keys = ("miss", "regret", "top3")
-        return sum(all(r[a][k] == r[b][k] or math.isnan(r[a][k]) and math.isnan(r[b][k]) for k in keys)
-                   for r in results)
-
-    below = [r for r in results if r["metric"]["auc"] < 0.5]
-    lrs = lr_split(data, results[0]["target"])
-    out = ["## Reading", "",
-           f"- 'previous' ranks as the metric at the cut in {same('previous', 'metric')} of {len(results)} rows: the "
-           "per-curve predictor gives no prediction at these cuts, and every trial is censored in the metric's order.",
-           f"- 'horizon branch' ranks as 'horizon 0.71' in {same('horizon branch', 'horizon 0.71')} of "
-           f"{len(results)} rows: a wsd decay at 80% of 30 epochs comes long after the projected crossings at the "
-           "fastest recipes, so the decay factor rarely moves a trial; the branches measured factors near 1 at cuts "
-           "this early (above).",
-           f"- The reach / no-reach AUC is below 0.5 in {len(below)} of {len(results)} rows for the metric: at 1/20 "
-           "or 1/50 of the fastest run, recipes that never reach the target tend to lead (short trials prefer too "
-           f"high an LR, Bjorck et al. 2025); {lrs}."]
-    out.append("- Searches where horizon's first pick departs from the metric's, and of them those where the pick "
-               "was a trial scored before any curve gave an exponent (horizon.py then ranks it by its distance at the "
-               "cut, as a censored one; the trials' own exponents pool to " + ", ".join(
-                   f"{r['pooled']:.2f}" for r in results) + " by row): " + ", ".join(
-                   f"{r['default']} of {r['departs']}" for r in results) + " (rows in table order).")
-    for ratio in RATIOS:
-        rows = [r for r in results if r["ratio"] == ratio]
-        worse = [r for r in rows if r["horizon branch"]["miss"] > r["metric"]["miss"] + 0.01]
-        out.append(f"- {ratio}x: horizon's first-pick miss is within 1 point of or below the metric's in "
-                   f"{len(rows) - len(worse)} of {len(rows)} targets" + ("; worse at " + ", ".join(
-                       f"{r['target']} ({r['horizon branch']['miss']:.0%} vs {r['metric']['miss']:.0%})"
-                       for r in worse) if worse else "") + ".")
-    return out
+def collapses(data: dict, target: float) -> str:
+    """How often the full runs of the recipes that never reach `target` fell back to chance (below 0.15) after
+    having passed 0.3."""
+    runs = [c for r in data["recipes"] if not math.isfinite(recipe_truth([samples_to(c, target) for c in r["full"]]))
+            for c in r["full"]]
+    fell = [c for c in runs if any(p[1] < 0.15 and any(q[1] > 0.3 for q in c[:k]) for k, p in enumerate(c))]
+    return f"{len(fell)} of the {len(runs)} full runs of the recipes that never reach {target} fell back below 0.15 " \
+        "accuracy after passing 0.3"
 
 
 def run_analysis(args) -> None:
+    import _long_job_report as report
+
     data = json.loads(Path(args.curves).read_text())
     results = []
     for target in args.targets:
@@ -377,10 +354,13 @@ def run_analysis(args) -> None:
             f"it within the recipe's {data['recipes'][0]['epochs']:g} epochs). Trials: the first evaluations of a "
             f"run of the same recipe and seed, cut at 1/20 or 1/50 of the fastest recipe's samples to the target; "
             f"a wsd trial's cooldown branch ({data['cooldown_fraction']:.0%} of its steps, LR to 0) at its last "
-            f"evaluation before the cut gives 'horizon branch' its decay factor. {args.searches} simulated "
-            f"searches of {TRIALS} recipes per row (seed {args.seed}), each trial one of the recipe's seeds at random "
-            "(that seed is also one of the truth's: the truth is not independent of the trial); regret = the first "
-            "pick's true samples to target / the search's best (inf: it never reaches).",
+            f"evaluation before the cut gives 'horizon branch' its decay factor. The grown arms ('halving 3', "
+            f"'halving 2', 'asha 3', 'halving 3 + LR trend') train the same trials to longer horizons at the same "
+            f"exploration compute (plans below) and rank by the metric at each trial's last horizon. "
+            f"{args.searches} simulated searches of {TRIALS} recipes per row (seed {args.seed}, the same searches for "
+            "every arm), each trial one of the recipe's seeds at random (that seed is also one of the truth's: the "
+            "last column scores the first pick against the recipe's other seeds only); regret = the first pick's "
+            "true samples to target / the search's best (inf: it never reaches).",
             "",
             f"Seed spread at {args.targets[0]}: the median over the {count} recipes whose seeds all reach of max/min "
             f"samples to target is {spread:.2f}x. The trial run repeated the full run's evaluations exactly for "
@@ -388,8 +368,10 @@ def run_analysis(args) -> None:
     skipped = [r for r in results if r["skipped"]]
     notes = [f"Searches left out (no recipe among the {TRIALS} reaches): " + ", ".join(
         f"{r['target']} / {r['ratio']}x: {r['skipped']}" for r in skipped) + f" of {args.searches}."] if skipped else []
-    body = [*head, "", *table(results), "", *notes, "", *branch_factors(data, results), "", *reading(data, results), "",
-            *goals(results)]
+    body = [*head, "", *report.table(results), "", *notes, "", *report.plans_text(results, TRIALS), "",
+            *report.lr_table(results), "", *branch_factors(data, results), "",
+            *report.reading(results, lr_split(data, args.targets[0]), collapses(data, args.targets[0])), "",
+            *report.goals(results)]
     text = results_header("Long-job benchmark: ranking trials at 20x and 50x horizon ratios, measured truth") + \
         "\n".join(body) + "\n"
     print(text)

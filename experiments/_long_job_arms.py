@@ -1,0 +1,148 @@
+"""Arms of experiments/long_job_bench.py whose trials grow: successive halving over trial lengths at the flat arm's
+exploration compute (issue 43: "horizons that grow, b, 3b, 9b"), Ray Tune's asynchronous rule (what the product's
+ASHA does on the train clock) on the same horizons, and the effective LR's trend across those horizons.
+
+Every arm here ranks by the metric at the cut (long_job_ranking.metric_score: samples at the target where the trial
+reached it, else the censored `horizon x (1 + gap)`), each trial at the horizon it was trained to; what differs from
+the flat arm is only which trials train how far. Samples stand for compute: a trial that continues from rung k to
+rung k + 1 costs the samples between them (it is not restarted)."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+FLAT = ("metric", "horizon 0.71", "horizon branch", "previous")  # long_job_bench.py's: every trial cut at one horizon
+KEEP = 2  # halving stops at the rung where at most this many remain: the last comparison is between two
+ETAS = (3, 2)
+
+
+def halving_plan(eta: int, cut_samples: float, trials: int) -> list[tuple[float, int]]:
+    """[(horizon in samples, trials trained to it)] of successive halving: `trials` at b, the top ceil(n / eta)
+    of each rung on to eta times its horizon, until at most KEEP remain; b such that the samples spent equal the
+    flat arm's `trials x cut_samples`. eta 3, 12 trials: 12 at b, 4 at 3b, 2 at 9b, b = 12 cut / 32."""
+    sizes = [trials]
+    while sizes[-1] > KEEP:
+        sizes.append(math.ceil(sizes[-1] / eta))
+    units = sum(n * (eta ** k - (eta ** (k - 1) if k else 0)) for k, n in enumerate(sizes))  # samples / b
+    b = trials * cut_samples / units
+    return [(b * eta ** k, n) for k, n in enumerate(sizes)]
+
+
+def spent(plan: Sequence[tuple[float, int]]) -> float:
+    """Samples a halving plan spends (each survivor continues from the rung before)."""
+    return sum(n * (h - (plan[k - 1][0] if k else 0.0)) for k, (h, n) in enumerate(plan))
+
+
+def halving_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]],
+                   score: Callable[[int, float], float]) -> tuple[list[int], list[list[int]]]:
+    """Synchronous successive halving of the trials `order` (ties keep the search's order): the ranking (the last
+    rung's trials by their score there, then those each earlier rung dropped, by their score at it) and each rung's
+    trials, best first."""
+    alive, dropped, rungs = list(order), [], []
+    for k, (h, _) in enumerate(plan):
+        alive = sorted(alive, key=lambda i: score(i, h))
+        rungs.append(alive)
+        going_on = plan[k + 1][1] if k + 1 < len(plan) else len(alive)  # how many the next rung trains
+        dropped = alive[going_on:] + dropped
+        alive = alive[:going_on]
+    return alive + dropped, rungs
+
+
+def asha_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]], eta: int,
+                score: Callable[[int, float], float]) -> tuple[list[int], float]:
+    """Ray Tune's ASHA (ray.tune.schedulers.AsyncHyperBandScheduler's rung rule) on the halving plan's horizons,
+    trials one at a time in the search's order: a trial continues past a rung while its score is no worse than the
+    rung's cutoff so far (the (1 - 1/eta) quantile of the rung's recorded rewards, interpolated as numpy's
+    percentile; the first trial at a rung always continues), and stops at the last horizon (max_t). The ranking
+    (furthest horizon first, by the score there) and the samples it spent (not fixed: it depends on the order)."""
+    horizons = [h for h, _ in plan]
+    recorded: list[list[float]] = [[] for _ in horizons]
+    reached: dict[int, int] = {}
+    for i in order:
+        k = 0
+        for k, h in enumerate(horizons):
+            reward = -score(i, h)  # Ray compares rewards, higher better
+            cutoff = np.percentile(recorded[k], (1 - 1 / eta) * 100) if recorded[k] else None
+            recorded[k].append(reward)
+            if k == len(horizons) - 1 or (cutoff is not None and reward < cutoff):
+                break
+        reached[i] = k
+    ranked = sorted(order, key=lambda i: (-reached[i], score(i, horizons[reached[i]])))
+    return ranked, sum(horizons[reached[i]] for i in order)
+
+
+def lr_trend(rungs: Sequence[Sequence[int]], plan: Sequence[tuple[float, int]], lr: Callable[[int], float],
+             job_samples: float) -> tuple[list[float], float]:
+    """The effective LR of each rung's leader, and the trend's LR at the job's length: a least-squares line of
+    log(leader's LR) on log(horizon) over the rungs, extrapolated to `job_samples`."""
+    leaders = [lr(r[0]) for r in rungs]
+    if len(rungs) < 2:  # one rung (two trials or fewer): no trend
+        return leaders, leaders[0]
+    x = np.log([h for h, _ in plan])
+    slope, intercept = np.polyfit(x, np.log(leaders), 1)
+    return leaders, float(math.exp(intercept + slope * math.log(job_samples)))
+
+
+def trend_ranked(ranked: Sequence[int], rungs: Sequence[Sequence[int]], lr: Callable[[int], float],
+                 trend_lr: float) -> list[int]:
+    """The trials that passed the first rung, by how far their effective LR is from the trend's (in log; ties keep
+    the halving's order), then the rest in the halving's order. No constant fitted: the trend is the search's own."""
+    passed = set(rungs[1]) if len(rungs) > 1 else set(ranked)
+    first = sorted([i for i in ranked if i in passed], key=lambda i: abs(math.log(lr(i) / trend_lr)))
+    return first + [i for i in ranked if i not in passed]
+
+
+GROWN = ("halving 3", "halving 2", "asha 3", "halving 3 + LR trend")
+ARMS = (*FLAT, *GROWN)
+
+
+def plans_for(cut_samples: float, trials: int, n: int | None = None) -> dict[int, list[tuple[float, int]]]:
+    """eta -> the halving plan of `trials` at the flat arm's compute; with `n`, the same horizons for n trials
+    (each rung's size scaled by n / trials: a ranking of every recipe, for rho and the AUC)."""
+    plans = {eta: halving_plan(eta, cut_samples, trials) for eta in ETAS}
+    if n is None:
+        return plans
+    return {eta: [(h, math.ceil(k * n / trials)) for h, k in p] for eta, p in plans.items()}
+
+
+def grown(order: Sequence[int], plans: dict[int, list[tuple[float, int]]], score: Callable[[int, float], float],
+          lr: Callable[[int], float], job_samples: float) -> tuple[dict[str, list[int]], dict]:
+    """Each GROWN arm's ranking of the trials `order`; and what ASHA spent, the leaders' LRs and the trend's, and
+    the trials eta 3's halving trained past its first rung."""
+    out, rungs3 = {}, []
+    for eta in ETAS:
+        out[f"halving {eta}"], rungs = halving_ranked(order, plans[eta], score)
+        rungs3 = rungs if eta == 3 else rungs3
+    out["asha 3"], asha_spent = asha_ranked(order, plans[3], 3, score)
+    leaders, trend = lr_trend(rungs3, plans[3], lr, job_samples)
+    out["halving 3 + LR trend"] = trend_ranked(out["halving 3"], rungs3, lr, trend)
+    return out, {"asha_spent": asha_spent, "leaders": leaders, "trend": trend,
+                 "second_rung": rungs3[min(1, len(rungs3) - 1)]}
+
+
+def leave_one_out(truth: np.ndarray, metric: list[list[float]], at: dict, plan: list[tuple[float, int]],
+                  trials: int, searches: int, seed: int) -> list[tuple[float, float]]:
+    """With each recipe left out in turn: (the metric at the cut's first-pick miss, halving's) over `searches`
+    simulated searches of the others. `metric[seed][recipe]` the flat score, `at[horizon][seed][recipe]` the
+    metric at a rung. Whether one recipe carries the difference."""
+    n, seeds = len(truth), len(metric)
+    out = []
+    for j in range(n):
+        rest = [i for i in range(n) if i != j]
+        rng = np.random.default_rng(seed)
+        miss = {"metric": [], "halving": []}
+        for _ in range(searches):
+            order = [rest[int(k)] for k in rng.permutation(len(rest))[:trials]]
+            picked = {i: int(rng.integers(seeds)) for i in order}
+            if not np.isfinite(truth[order]).any():
+                continue
+            flat = min(order, key=lambda i: metric[picked[i]][i])
+            grown_first = halving_ranked(order, plan, lambda i, h: at[h][picked[i]][i])[0][0]
+            miss["metric"].append(not math.isfinite(truth[flat]))
+            miss["halving"].append(not math.isfinite(truth[grown_first]))
+        if miss["metric"]:  # else no search of the others had a recipe that reaches
+            out.append((float(np.mean(miss["metric"])), float(np.mean(miss["halving"]))))
+    return out
