@@ -9,8 +9,9 @@ trials, MLflow records every trial, confirmation runs decide the winner.
     tuner.py      Optuna's sampler, ASHA, the stopper, the Tuner
     probe.py      the probe stage: a few timed steps per systems configuration
     probe_decide.py  what the probe times (configurations x maths) and what it fixes (noise margin)
-    confirm.py    confirmation runs, each in a fresh process (no Ray); confirm_stats.py its statistics,
-                  confirm_text.py its text, confirm_ledger.py the finished runs a resume keeps
+    confirm.py    confirmation runs, each in a fresh process (no Ray); confirm_sample.py one such run (confirmation's,
+                  the ablation's, the compile ways'), confirm_stats.py its statistics, confirm_text.py its text,
+                  confirm_ledger.py the finished runs a resume keeps
     ablation.py   the winner re-timed with one knob set back at a time (confirm.ablation)
     data_parallel.py  a data-parallel trial: its reservation and how ASHA stops it (autospeed.parallel starts workers)
     storage.py    the search's files on disk

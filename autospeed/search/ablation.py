@@ -36,8 +36,8 @@ from typing import Any
 import pydantic
 
 from autospeed.recipe import Recipe
-from autospeed.search.confirm import confirm_seed, sample
 from autospeed.search.confirm_ledger import RunLedger
+from autospeed.search.confirm_sample import confirm_seed, sample
 from autospeed.search.confirm_stats import Candidate
 from autospeed.search.confirm_text import describe
 from autospeed.search.session import SearchSession

@@ -28,8 +28,8 @@ import tempfile
 
 from autospeed.run_recipe import train_in_fresh_process
 from autospeed.script.options import is_script
-from autospeed.search.confirm import _threads, confirm_seed, sample
 from autospeed.search.confirm_fewest import ROUNDS
+from autospeed.search.confirm_sample import confirm_seed, cpu_threads, sample
 from autospeed.search.confirm_stats import Candidate, ConfirmOutcome
 from autospeed.search.confirm_text import describe
 from autospeed.space import SearchSpec
@@ -97,7 +97,7 @@ def _measure(ledger, outcome: ConfirmOutcome, spec: SearchSpec, cache_file: str,
                 train(SHIPPED if SHIPPED in ways else NEW_MACHINE, recipe)
             folder = warm_folder if way == WARM or not filled else tempfile.mkdtemp(dir=folders)
             filled = True
-            return train_in_fresh_process(recipe, _threads(spec), compile_cache="warm", inductor_cache_dir=folder,
+            return train_in_fresh_process(recipe, cpu_threads(spec), compile_cache="warm", inductor_cache_dir=folder,
                                           compile_cache_from=cache_file if way == SHIPPED else None)
 
         for r in range(outcome.repeats):

@@ -42,10 +42,10 @@ import tempfile
 from autospeed._ray import stop_ray
 from autospeed.outcome import is_infeasible, sequential_confidence
 from autospeed.recipe import Recipe, load_recipe
-from autospeed.run_recipe import train_in_fresh_process
-from autospeed.script.options import is_script
+from autospeed.search.compile_ways import measure_compile_ways
 from autospeed.search.confirm_fewest import ONE, ROUNDS, confirm_fewest
-from autospeed.search.confirm_ledger import NO_KNOB, RunLedger
+from autospeed.search.confirm_ledger import RunLedger
+from autospeed.search.confirm_sample import confirm_seed, sample
 from autospeed.search.confirm_stats import CONFIDENCE, Candidate, ConfirmOutcome, confirm_rounds, decide
 from autospeed.search.confirm_text import describe, format_confirmation, opening_line, planned_runs
 from autospeed.search.session import SearchSession
@@ -54,8 +54,6 @@ from autospeed.track import names, writers
 from autospeed.track import runs as res
 from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
 from autospeed.track.store import interrupts_held
-
-SEED_OFFSET = 1000  # confirmation seeds = recipe seed + 1000 + repeat: never a seed the search used
 
 
 def _trial_recipe(client, run_id: str) -> Recipe:
@@ -82,26 +80,6 @@ def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
 
 def _predicted_of(r) -> tuple[float, float | None, float | None] | None:
     return (r.tta_predicted_seconds, r.tta_predicted_low_seconds, r.tta_predicted_high_seconds) if r.predicted else None
-
-
-def _threads(spec: SearchSpec) -> int | None:
-    if spec.resources.gpus_per_trial:
-        return spec.resources.cpus_per_trial or None
-    return spec.resources.cpus_per_trial or os.cpu_count()
-
-
-def train_like_production(recipe: Recipe, spec: SearchSpec, compile_cache_to: str | None = None):
-    """One confirmation or ablation run: in a fresh process (data-parallel: on Ray Train workers, as in its
-    trial), never in this driver, compiling from a new empty inductor cache unless `confirm.compile_cache: warm`.
-    `compile_cache_to`: where a compiled run in a fresh process leaves its torch.compile cache
-    (autospeed.train.compile_cache; none from data-parallel workers)."""
-    from autospeed.parallel.launch import train_on_workers
-
-    threads = _threads(spec)
-    if recipe.workers > 1 and not is_script(recipe.workload):  # a script starts its own workers
-        return train_on_workers(recipe, cpus=threads, gpus=spec.resources.gpus_per_trial > 0,
-                                compile_cache=spec.confirm.compile_cache)
-    return train_in_fresh_process(recipe, threads, compile_cache_to, compile_cache=spec.confirm.compile_cache)
 
 
 def run_confirmation(session: SearchSession, spec: SearchSpec,
@@ -150,8 +128,6 @@ def run_confirmation(session: SearchSession, spec: SearchSpec,
         if outcome.winner is not None:
             cache = _cache_file(caches.name, candidates.index(outcome.winner), outcome.winner)
             _log_compile_cache(ledger.out, outcome.winner, cache, session.console)
-            from autospeed.search.compile_ways import measure_compile_ways  # it imports this module
-
             measure_compile_ways(ledger, outcome, spec, cache, session.console)
     return outcome
 
@@ -189,44 +165,6 @@ def _log_compile_cache(out, winner: Candidate, path: str | None, console) -> Non
     print(f"compile cache of the confirmed best: {os.path.getsize(path) / 1e6:.1f} MB of torch.compile artifacts "
           f"from its last confirmation run, logged on its trial run (autospeed export writes it beside the recipe)",
           file=console, flush=True)
-
-
-def confirm_seed(c: Candidate, round_: int) -> int:
-    """The seed of `c`'s run in `round_`: the same in every candidate's and every ablated variant's run of a round."""
-    return c.recipe.seed + SEED_OFFSET + round_
-
-
-def sample(ledger: RunLedger, c: Candidate, round_: int, spec: SearchSpec, knob: str | None = None,
-           compile_cache_to: str | None = None, way: str | None = None, train=None) -> tuple[object, bool]:
-    """Candidate `c`'s sample of `round_`, recorded on `c`: the finished run an earlier session left (kept), else a
-    run trained now with the round's seed, like production: a confirmation run, with `knob` an ablation run of
-    that knob ("none": its reference), or with `way` a compile way's run (search/compile_ways.py, trained by
-    `train(recipe)`), its MLflow child run opened first and finished after. Interrupted (Ctrl-C, SIGTERM, a crash),
-    that run is closed KILLED: none stays RUNNING. Returns the result and whether it was kept."""
-    if way is not None:
-        kind, key, tags, stage = names.KIND_COMPILE_WAY, way, {names.TAG_COMPILE_WAY: way}, "the compile ways"
-    elif knob is not None:
-        kind, key, tags, stage = names.KIND_ABLATION, knob, {names.TAG_ABLATION_KNOB: knob}, "the ablation"
-    else:
-        kind, key, tags, stage = names.KIND_CONFIRM, NO_KNOB, None, "confirmation"
-    kept = ledger.kept_result(kind, c.trial_id, round_, key)
-    if kept is not None:
-        c.record(kept)
-        return kept, True
-    ledger.watch(stage)
-    recipe = c.recipe.model_copy(update={"seed": confirm_seed(c, round_)})
-    run_id = None
-    try:
-        with interrupts_held():
-            run_id = ledger.open_run(kind, c, round_, recipe, tags)
-        result = train(recipe) if train is not None else train_like_production(recipe, spec, compile_cache_to)
-    except BaseException:
-        if run_id is not None:
-            writers.mark_killed(ledger.out, run_id)
-        raise
-    writers.finish_run(ledger.out, run_id, recipe, result)
-    c.record(result)
-    return result, False
 
 
 def _log_parent(out, parent_run_id: str, outcome: ConfirmOutcome, trials_total: int) -> None:

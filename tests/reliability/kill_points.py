@@ -117,9 +117,9 @@ def install(point: str, n: int) -> None:
         storage.SearchDir.record_finished = record
         ray_storage._upload_to_fs_path = upload
     elif point == "production_run":
-        from autospeed.search import confirm
+        from autospeed.search import confirm_sample
 
-        confirm.train_like_production = _after(n, confirm.train_like_production, before=True)
+        confirm_sample.train_like_production = _after(n, confirm_sample.train_like_production, before=True)
     else:
         raise SystemExit(f"kill_points.py: unknown point {point!r}; one of {', '.join(POINTS)}")
 

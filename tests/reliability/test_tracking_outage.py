@@ -31,7 +31,7 @@ TRIALS = 2
 # store stopped answering between two runs, once a write has failed; with 2 runs its only look comes right after
 # the first run's writes, before the journal's sender may have tried them, and the line can be missing.
 REPEATS = 2
-CONFIRM_SEEDS_FROM = 1000  # search/confirm.py SEED_OFFSET: a confirmation run's seed is its recipe's + 1000 + round
+CONFIRM_SEEDS_FROM = 1000  # confirm_sample.py SEED_OFFSET: a confirmation run's seed is its recipe's + 1000 + round
 
 
 def _space(d: Path, gate: Gate, grace_seconds: float) -> Path:

@@ -77,7 +77,7 @@ def test_a_warm_fresh_process_keeps_the_machines_shared_inductor_cache(tmp_path,
 def test_confirmation_trains_cold_unless_the_space_file_asks_for_warm(monkeypatch):
     """train_like_production (every confirmation and ablation run) starts its fresh process cold by default,
     warm with `confirm.compile_cache: warm`; any other value is refused when the space file is read."""
-    from autospeed.search.confirm import train_like_production
+    from autospeed.search.confirm_sample import train_like_production
     from autospeed.space import SearchSpec
     from autospeed.train import process
 
@@ -99,7 +99,7 @@ def test_a_data_parallel_confirmation_run_compiles_cold_on_its_workers(monkeypat
     import os
 
     from autospeed.parallel import launch
-    from autospeed.search.confirm import train_like_production
+    from autospeed.search.confirm_sample import train_like_production
     from autospeed.space import SearchSpec
     from autospeed.train import trainer
 
