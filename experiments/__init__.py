@@ -238,7 +238,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "peer", "peer.py", "autospeed against the usual HPO set-up (Optuna TPE + MedianPruner), by TTA",
         runs=(_r(writes=("peer.md",)),),
-        quick=("--space", "{quick}/space.yaml", "--trials", "2", "--epochs", "5", "--autospeed-recipe",
+        quick=("--space", "{quick}/space.yaml", "--trials", "1", "--epochs", "5", "--autospeed-recipe",
                "{quick}/recipe.yaml", "--repeats", "1", "--peer-seconds", "10", "--work", "{out}/peer-work",
                "--out", "{out}/peer.md"),
         quick_writes=("peer.md",), measures=(*SEARCH, *TIMING, FAST, BUILTIN)),
@@ -247,7 +247,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "the probe's pick in 3 runs on one machine (fast.yaml), each in a fresh process: timings, margin, pick",
         runs=(_r("--out", f"{RESULTS}/probe_stability.md", writes=("probe_stability.md",)),),
         # the probe stage in-process (no Ray), on the quick space with two systems values and two optimizers
-        quick=("--space", "{quick}/space.yaml", "--runs", "2", "--threads", "1", "--set", "probe.enabled=true",
+        quick=("--space", "{quick}/space.yaml", "--runs", "1", "--threads", "1", "--set", "probe.enabled=true",
                "--set", "probe.warmup_steps=1", "--set", "probe.steps=3", "--set", "probe.rounds=2",
                "--set", "space.optimizer={choice: [sgd, adamw]}",
                "--set", "space.optimizer_impl={choice: [default, foreach]}", "--work", "{out}/probe-stability-work",

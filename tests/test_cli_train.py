@@ -84,11 +84,11 @@ def test_out_of_memory_run_exits_1(run_cli, write_recipe, write_plugin):
 
 
 # ---------------------------------------------------------------- MLflow
-def test_train_json_prints_the_result_object_and_logs_an_mlflow_run(run_cli, write_recipe, tmp_path):
+def test_train_json_prints_the_result_object_and_logs_an_mlflow_run(run_cli, write_recipe, tmp_path, new_store):
     """One run (a Python start-up) for both: the result object on stdout, the same figures in its MLflow run."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     config = write_recipe(REACHES)
     done = run_cli("train", "--config", str(config), "--tracking-uri", uri, "--json")
 
@@ -256,10 +256,11 @@ def test_documented_dataset_plugin_reads_files_and_trains_to_its_loss_target(run
 
 
 # ---------------------------------------------------------------- data-parallel workers
-def test_train_runs_a_two_worker_recipe_to_its_target_and_logs_its_workers(run_cli, write_recipe, tmp_path):
+def test_train_runs_a_two_worker_recipe_to_its_target_and_logs_its_workers(run_cli, write_recipe, tmp_path,
+                                                                          new_store):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = new_store(tmp_path)
     # batch_size is per worker: 2 workers x 16 make the steps of one worker's 32
     config = write_recipe({**REACHES, "batch_size": 16, "workers": 2, "device": "cpu"})
     done = run_cli("train", "--config", str(config), "--tracking-uri", uri, "--json")

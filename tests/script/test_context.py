@@ -260,10 +260,13 @@ def test_a_scripts_applied_records_what_acted_attention_precision_and_zeroed_acc
     """attention: math on a model that never calls scaled_dot_product_attention is not_applicable (seen in its
     first evaluation, as the trainer sees it); bf16 is recorded once ctx.autocast() ran, and as not read by a
     script that never enters it; a script that zeroes its gradients every micro-batch under accumulation_steps 2
-    is said in a line and recorded as accumulation 1 (it trained each step on half its batch)."""
-    ran = train(script_recipe(tiny_script, attention="math", precision="bf16"))
+    is said in a line and recorded as accumulation 1 (it trained each step on half its batch); the same script
+    without the mistake (the first run, which also checks attention and bf16) is recorded as accumulation 2."""
+    ran = train(script_recipe(tiny_script, attention="math", precision="bf16", accumulation_steps=2))
     assert ran.applied["attention"] == "not_applicable" and ran.applied["precision"] == "bf16", ran.applied
     assert ran.applied["not_applied"]["attention"] == {"asked": "math", "ran": "not_applicable"}
+    assert ran.applied["accumulation_steps"] == 2 and not ran.applied["gradients_zeroed_between_micro_batches"]
+    assert "zeroes its gradients" not in capfd.readouterr().err  # not said of a script that does it right
 
     plain = train(script_recipe(tiny_script, "--no-autocast", precision="bf16"))
     assert plain.applied["precision"] == "not_read" and "precision" in plain.applied["not_applied"], plain.applied
@@ -272,5 +275,3 @@ def test_a_scripts_applied_records_what_acted_attention_precision_and_zeroed_acc
     assert zeroed.applied["accumulation_steps"] == 1 and zeroed.applied["gradients_zeroed_between_micro_batches"]
     assert zeroed.applied["not_applied"]["accumulation_steps"] == {"asked": 2, "ran": 1}
     assert "zeroes its gradients between the micro-batches" in capfd.readouterr().err
-    kept = train(script_recipe(tiny_script, accumulation_steps=2))  # the same without the mistake: not said
-    assert kept.applied["accumulation_steps"] == 2 and not kept.applied["gradients_zeroed_between_micro_batches"]

@@ -123,7 +123,8 @@ def test_train_warns_when_measured_elsewhere(searched, tmp_path):
     assert "device_name: Imaginary Accelerator 9000 ->" in proc.stderr
 
 
-def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_it(searched, tmp_path):
+def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_it(searched, tmp_path,
+                                                                                 cli_in_process, monkeypatch):
     """`autospeed explain`, the ablation as its own command: on a copy of the shared search (its store and
     folder; the copy leaves the shared one as other tests read it), one round of the winner beside each knob
     set back, recorded on the parent where `autospeed export` finds it; a search that does not exist is one
@@ -135,8 +136,9 @@ def test_explain_ablates_a_finished_searchs_confirmed_winner_and_export_carries_
     uri = f"sqlite:///{copy / 'mlflow.db'}"
     assert searched.uri.endswith("/mlflow.db")
     run = [sys.executable, "-m", "autospeed"]
-    missing = subprocess.run([*run, "explain", "--name", "nonesuch", "--tracking-uri", uri, "--storage-path",
-                              str(copy / "runs")], cwd=copy, env=searched.env, capture_output=True, text=True)
+    monkeypatch.chdir(copy)  # a search that does not exist stops before anything trains: main() in this process
+    missing = cli_in_process("explain", "--name", "nonesuch", "--tracking-uri", uri, "--storage-path",
+                             str(copy / "runs"))
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1, missing.stderr
     assert "no search named 'nonesuch'" in missing.stderr
     proc = subprocess.run([*run, "explain", "--name", searched.name, "--tracking-uri", uri, "--storage-path",

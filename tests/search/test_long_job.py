@@ -14,7 +14,9 @@ PRODUCTION_SECONDS = 30.0  # confirm.max_train_seconds: the production budget
 
 
 @pytest.fixture(scope="module")
-def long_search(tmp_path_factory, new_store):
+def long_search(tmp_path_factory, new_store, cli_in_process):
+    """The long job's search through the CLI, then its export, which never trains: its main() runs in this
+    process (tests/conftest.py cli_in_process), less a Python start-up."""
     folder = tmp_path_factory.mktemp("long")
     space = write_space(
         folder, name="long", target_accuracy=0.975, budget={"trials": 4, "max_train_seconds": BUDGET_SECONDS},
@@ -31,8 +33,9 @@ def long_search(tmp_path_factory, new_store):
     uri = new_store(folder)
     search = autospeed("search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(folder / "runs"),
                        cwd=folder)
-    export = autospeed("export", "--name", "long", "--tracking-uri", uri, "--out", str(folder / "best.yaml"),
-                       cwd=folder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        export = cli_in_process("export", "--name", "long", "--tracking-uri", uri, "--out", str(folder / "best.yaml"))
     return {"folder": folder, "search": search, "export": export, "client": client_for(folder),
             "runs": runs_of(folder, "long")}
 

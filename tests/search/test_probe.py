@@ -26,12 +26,13 @@ from autospeed.space import spec_from_dict
 from .test_run import autospeed, runs_of
 
 
-def search(folder: Path, space: dict, plugin: str) -> tuple:
+def search(folder: Path, space: dict, plugin: str, uri: str) -> tuple:
+    """The CLI's search of `space` on the store `uri` (folder/mlflow.db, where runs_of reads)."""
     (folder / "probe_plugin.py").write_text(plugin)
     path = folder / "space.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
-    proc = autospeed("search", "--space", str(path), "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
+    proc = autospeed("search", "--space", str(path), "--tracking-uri", uri,
                      "--storage-path", str(folder / "runs"), cwd=folder, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc, runs_of(folder, space["name"])
@@ -83,7 +84,7 @@ def test_probes_are_child_runs_of_kind_probe_with_their_measurements(finished_se
 
 
 @pytest.fixture(scope="module")
-def micro_batched(tmp_path_factory, probe_plugin):
+def micro_batched(tmp_path_factory, probe_plugin, new_store):
     """Room for 64 samples per pass; the space's only batch size is 128; the probe is off."""
     folder = tmp_path_factory.mktemp("micro")
     space = {"name": "micro", **BASE, "workload_options": {"max_micro_batch": 64},
@@ -92,12 +93,13 @@ def micro_batched(tmp_path_factory, probe_plugin):
              "baseline": {"batch_size": 32, "lr": 0.00001, "attention": "math", "epochs": 2},
              "fixed": {**BASE["fixed"], "attention": "math", "micro_batch_size": "auto"},
              "space": {"batch_size": {"choice": [128]}, "lr": {"loguniform": [0.1, 0.3]}}}
-    proc, runs = search(folder, space, probe_plugin)
-    return folder, proc, runs
+    uri = new_store(folder)
+    proc, runs = search(folder, space, probe_plugin, uri)
+    return folder, proc, runs, uri
 
 
 def test_batches_that_do_not_fit_train_micro_batched_and_export_the_micro_batch(micro_batched):
-    folder, _, runs = micro_batched
+    folder, _, runs, _ = micro_batched
     (trial,) = [r for r in runs if r.data.tags.get("autospeed.kind") == "trial"
                 and r.data.tags["autospeed.baseline"] == "false"]
     assert trial.data.tags["autospeed.status"] == "reached"  # not oom
@@ -107,12 +109,13 @@ def test_batches_that_do_not_fit_train_micro_batched_and_export_the_micro_batch(
     assert best["batch_size"] == 128 and best["micro_batch_size"] == 64
 
 
-def test_an_unconfirmed_export_is_one_search_measurement_never_a_median(micro_batched):
-    """No confirmation runs (repeats 0): the one search measurement is not dressed as a median."""
-    folder, _, _ = micro_batched
+def test_an_unconfirmed_export_is_one_search_measurement_never_a_median(micro_batched, cli_in_process, monkeypatch):
+    """No confirmation runs (repeats 0): the one search measurement is not dressed as a median. The export never
+    trains: its main() runs in this process (tests/conftest.py cli_in_process)."""
+    folder, _, _, uri = micro_batched
     out = folder / "exported.yaml"
-    proc = autospeed("export", "--name", "micro", "--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}",
-                     "--out", str(out), cwd=folder)
+    monkeypatch.chdir(folder)
+    proc = cli_in_process("export", "--name", "micro", "--tracking-uri", uri, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     m = yaml.safe_load(out.read_text())["measured"]
     assert m["confirmed"] is False and m["tta_seconds"] > 0
@@ -122,7 +125,7 @@ def test_an_unconfirmed_export_is_one_search_measurement_never_a_median(micro_ba
 
 
 def test_with_the_probe_off_no_probe_runs(micro_batched):
-    folder, proc, runs = micro_batched
+    folder, proc, runs, _ = micro_batched
     assert not [r for r in runs if r.data.tags.get("autospeed.kind") == "probe"]
     assert "probe:" not in proc.stdout and "probe fixed" not in proc.stdout
     parent = next(r for r in runs if r.data.tags.get("autospeed.kind") == "search")

@@ -211,17 +211,19 @@ def test_resume_with_more_trials_extends_a_finished_search(extended):
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
 
 
-def test_validate_reports_errors(tmp_path):
+def test_validate_reports_errors(tmp_path, cli_in_process):
+    """`autospeed validate`, which never trains: its main() in this process (the command as a process, and its
+    exit code 2 for a missing file, are tests/test_cli.py's)."""
     bad = tmp_path / "bad.yaml"
     space = yaml.safe_load(SMOKE.read_text())
     space["space"]["lr"] = {"loguniform": [0.5, 0.01]}
     bad.write_text(yaml.safe_dump(space))
-    proc = autospeed("validate", "--space", str(bad), cwd=tmp_path)
+    proc = cli_in_process("validate", "--space", str(bad))
     assert proc.returncode == 2
     assert str(bad) in proc.stderr and "space.lr" in proc.stderr and "low < high" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    ok = autospeed("validate", "--space", str(SMOKE), cwd=tmp_path)
+    ok = cli_in_process("validate", "--space", str(SMOKE))
     assert ok.returncode == 0 and "ok" in ok.stdout
 
 

@@ -34,10 +34,11 @@ pytestmark = pytest.mark.skipif(not HAVE_BROWSER, reason=NEED_BROWSER)
 @pytest.fixture(scope="module")
 def searched(finished_search, tmp_path_factory):
     """The test run's finished search (tests/conftest.py: Ray, Optuna, ASHA, the probe, MLflow,
-    confirmation) and its report, written here by `autospeed report` as a user runs it."""
+    confirmation) and its report, written here by `autospeed report` (its main() in this process: it never
+    trains)."""
     out = tmp_path_factory.mktemp("browser") / "report"
-    r = finished_search.cli("report", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
-                            "--out", str(out))
+    r = finished_search.main("report", "--name", finished_search.name, "--tracking-uri", finished_search.uri,
+                             "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
 
     from mlflow.tracking import MlflowClient

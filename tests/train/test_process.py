@@ -12,6 +12,8 @@ from autospeed.recipe import Recipe
 from autospeed.run_recipe import train_in_fresh_process
 from autospeed.train.process import in_fresh_process
 
+from . import fresh_process_probes as probes  # what a fresh process reports; it imports no torch
+
 # Digits reaches 0.95 in 2-3 epochs, in well under a second.
 REACHES = dict(workload="digits", target_accuracy=0.95, max_train_seconds=30, epochs=5, eval_every_epochs=1,
                batch_size=32, lr=0.1, seed=0)
@@ -29,20 +31,13 @@ def test_a_fresh_process_run_whose_dataloader_starts_workers_trains():
 def test_a_fresh_process_starts_its_dataloader_workers_as_autospeed_train_does():
     """A spawned process defaults to spawning its own children: its DataLoader workers would each start a new
     interpreter (every epoch), 4x slower than the forked workers `autospeed train` gets on Linux."""
-    assert in_fresh_process(_start_method) == multiprocessing.get_start_method()
+    assert in_fresh_process(probes.start_method) == multiprocessing.get_start_method()
 
 
-def _start_method() -> str:  # a module function: pickled by name, run by the fresh process's own multiprocessing
-    return multiprocessing.get_start_method()
-
-
-def _inductor_cache() -> tuple[str | None, list[str] | None, str | None]:
-    """In the fresh process: (TORCHINDUCTOR_CACHE_DIR, what that folder held at the start, TRITON_CACHE_DIR)."""
-    import os
-
-    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    held = sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else None
-    return folder, held, os.environ.get("TRITON_CACHE_DIR")
+def test_a_fresh_process_imports_only_what_its_function_needs():
+    """The fresh process (autospeed.train.process) brings no Ray, MLflow or Optuna from the driver, and no torch
+    of its own: what the function it runs imports is all it pays for (these probes: the standard library)."""
+    assert in_fresh_process(probes.imported, ("ray", "mlflow", "optuna", "torch")) == []
 
 
 def test_a_cold_fresh_process_compiles_from_an_empty_inductor_cache_of_its_own(tmp_path, monkeypatch):
@@ -53,8 +48,8 @@ def test_a_cold_fresh_process_compiles_from_an_empty_inductor_cache_of_its_own(t
     (shared / "fxgraph").mkdir(parents=True)  # what an earlier compile on this machine left
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
 
-    first = in_fresh_process(_inductor_cache, compile_cache="cold")
-    second = in_fresh_process(_inductor_cache, compile_cache="cold")
+    first = in_fresh_process(probes.inductor_cache, compile_cache="cold")
+    second = in_fresh_process(probes.inductor_cache, compile_cache="cold")
 
     for folder, held, triton in (first, second):
         assert folder is not None and Path(folder) != shared
@@ -69,9 +64,9 @@ def test_a_warm_fresh_process_keeps_the_machines_shared_inductor_cache(tmp_path,
     (shared / "fxgraph").mkdir(parents=True)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
 
-    assert in_fresh_process(_inductor_cache, compile_cache="warm")[:2] == (str(shared), ["fxgraph"])
+    assert in_fresh_process(probes.inductor_cache, compile_cache="warm")[:2] == (str(shared), ["fxgraph"])
     with pytest.raises(ValueError, match="cold"):
-        in_fresh_process(_inductor_cache, compile_cache="lukewarm")
+        in_fresh_process(probes.inductor_cache, compile_cache="lukewarm")
 
 
 def test_confirmation_trains_cold_unless_the_space_file_asks_for_warm(monkeypatch):

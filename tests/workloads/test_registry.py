@@ -14,8 +14,8 @@ def test_the_builtins_are_described():
     assert all(line for _, line in describe())
 
 
-def test_autospeed_workloads_lists_the_builtins_one_line_each(run_cli):
-    done = run_cli("workloads")
+def test_autospeed_workloads_lists_the_builtins_one_line_each(cli_in_process):
+    done = cli_in_process("workloads")  # the command as a process is tests/test_cli.py's
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

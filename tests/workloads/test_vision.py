@@ -52,8 +52,8 @@ def test_width_64_is_resnet18_with_the_parameters_the_listing_states():
     assert len(model.checkpoint_blocks) == 4
 
 
-def test_autospeed_workloads_lists_resnet_with_its_size(run_cli):
-    done = run_cli("workloads")
+def test_autospeed_workloads_lists_resnet_with_its_size(cli_in_process):
+    done = cli_in_process("workloads")  # the command as a process is tests/test_cli.py's
 
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("resnet "))
