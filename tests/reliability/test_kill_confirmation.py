@@ -74,10 +74,10 @@ def _space(d: Path) -> Path:
 
 
 def test_a_search_killed_in_confirmation_and_in_its_ablation_resumes_with_each_run_once_and_the_same_export(
-        tmp_path, request):
+        tmp_path, request, new_store):
     d = tmp_path
     space = _space(d)
-    uri = f"sqlite:///{d}/mlflow.db"
+    uri = new_store(d)  # an empty store, as a user's second search finds it: its creation is test_kill_anywhere's
     args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(d / "store"), "--resume"]
     ray_tmp = Path(tempfile.mkdtemp(prefix="as-ray-"))  # short: Ray's session folders hold unix sockets
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
