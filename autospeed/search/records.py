@@ -37,7 +37,11 @@ def resume_plan(search_dir: SearchDir, study_name: str, total: int, console) -> 
     """How a resumed search goes on, and how many trials its Tuner runs: ("restore", that Tuner's own count) from
     Ray Tune's own state when it is whole and holds every trial it ended in the ledger, else ("rebuild", the
     trials not finished) from the search's records, said in one line. Either way the study is first brought
-    level with the ledger."""
+    level with the ledger. A search whose ledger holds every trial (killed in confirmation or the ablation) has none
+    for a Tuner to run: ("restore", 0), Tune's files left as they are."""
+    if all_finished(search_dir, total):
+        reconcile_study(search_dir, study_name)  # a kill between the last trial's ledger entry and the study
+        return "restore", 0
     problem = tune_state_problem(search_dir.path)
     keep: set[str] = set()
     if problem is None:
@@ -65,6 +69,11 @@ def resume_plan(search_dir: SearchDir, study_name: str, total: int, console) -> 
           + (f"; Tune's files set aside in {aside.name}/" if aside else ""), file=console, flush=True)
     search_dir.write_state({**state, TUNE_BASE: finished})
     return "rebuild", total - finished
+
+
+def all_finished(search_dir: SearchDir, total: int) -> bool:
+    """The ledger holds every one of the search's `total` trials: a resume has no trial left to train."""
+    return len(search_dir.finished_ids()) >= total
 
 
 def counted(count: int, noun: str) -> str:

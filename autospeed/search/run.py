@@ -18,7 +18,7 @@ from autospeed import _ray
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.script.options import is_script
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
-from autospeed.search.records import counted
+from autospeed.search.records import all_finished, counted
 from autospeed.search.resume import resume_state, same_script
 from autospeed.search.session import SearchSession
 from autospeed.search.signals import StopsLikeCtrlC
@@ -180,7 +180,13 @@ def _preflight(asked: _Asked, state: dict[str, Any] | None) -> SearchSpec:
 
 def _start_ray(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None, root: Path) -> TrialPlan:
     """Ray started (or joined), and each trial's resources fitted to it; data-parallel trials whose group cannot
-    be placed, or a storage path the trials cannot read where they run, refused here."""
+    be placed, or a storage path the trials cannot read where they run, refused here. A resumed search with no
+    trial left to train (killed in confirmation or the ablation) starts no Ray: nothing would run on it."""
+    total = state["trials"] if state else (asked.trials or spec.budget.trials)
+    seed = spec.sampler.seed if asked.seed is None else asked.seed
+    if state is not None and _nothing_to_train(spec, state, asked.storage_path, total):
+        _ray.check_ray_address(asked.ray_address)  # bad input all the same
+        return TrialPlan(total, seed, {"cpu": 0, "gpu": 0}, 1, 1, True, asked.verbose)
     _ray.quiet_ray()
     _ray.start_ray(asked.ray_address, asked.verbose)
     res = spec.resources
@@ -193,9 +199,15 @@ def _start_ray(spec: SearchSpec, asked: _Asked, state: dict[str, Any] | None, ro
         _check_placement(asked, threads, ray.cluster_resources().get("GPU", 0))
         _ray.kill_stopped_trials_after(10)
     _ray.check_storage_shared(root)  # trials read the search's files where they run
-    total = state["trials"] if state else (asked.trials or spec.budget.trials)
-    seed = spec.sampler.seed if asked.seed is None else asked.seed
     return TrialPlan(total, seed, resources, concurrent, threads, state is not None, asked.verbose)
+
+
+def _nothing_to_train(spec: SearchSpec, state: dict[str, Any], storage_path: str | None, total: int) -> bool:
+    """Every trial is in the search's ledger and the probe has decided (or has nothing to): no Ray task is left."""
+    from autospeed.search.probe_decide import wants_probe
+
+    return all_finished(latest_search_dir(storage_path, spec.name), total) and (
+        PROBED_SPACE in state or not wants_probe(spec))
 
 
 def _check_placement(asked: _Asked, cpus: int, cluster_gpus: float) -> None:

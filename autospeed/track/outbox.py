@@ -38,7 +38,9 @@ JOURNAL = "tracking_outbox.jsonl"
 FILES = "tracking_outbox_files"  # beside the journal: the files its log_artifact writes send
 TAG_OUTBOX_ID = "autospeed.outbox_id"  # a run created through the outbox: its local id
 TAG_REFUSED = "autospeed.tracking_refused"  # on a run: how many of its writes the store refused
-RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)  # between tries while the store does not answer, then every last one
+# Between tries while the store does not answer, then every last one: a store back (a tracking server restarted) is
+# found within 2 s, and a try costs one request.
+RETRY_SECONDS = (0.5, 1.0, 2.0)
 
 
 @dataclass

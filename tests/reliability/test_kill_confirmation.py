@@ -8,13 +8,16 @@ clock picked: the first with 1 of the 4 confirmation runs (the best recipe and t
 the middle of a round, the second with 1 of the 4 ablation runs (the winner and its one knob set back, 2 rounds)
 finished. Two rounds show what three would, with 7 fewer fresh processes than 3 candidates in 3 rounds. The
 workload sleeps per training step, so the searched batch size decides the speed and the winner is never the
-baseline (whose ablation would be empty)."""
+baseline (whose ablation would be empty). Both resumes find every trial finished: they start no Ray (Ray's session
+folders, in a temp dir of the test's own, show it), as nothing is left for Ray to run."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -71,12 +74,14 @@ def _space(d: Path) -> Path:
 
 
 def test_a_search_killed_in_confirmation_and_in_its_ablation_resumes_with_each_run_once_and_the_same_export(
-        tmp_path):
+        tmp_path, request, new_store):
     d = tmp_path
     space = _space(d)
-    uri = f"sqlite:///{d}/mlflow.db"
+    uri = new_store(d)  # an empty store, as a user's second search finds it: its creation is test_kill_anywhere's
     args = ["search", "--space", str(space), "--tracking-uri", uri, "--storage-path", str(d / "store"), "--resume"]
-    env = cli_env(pythonpath=d)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="as-ray-"))  # short: Ray's session folders hold unix sockets
+    request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
+    env = cli_env({"RAY_TMPDIR": str(ray_tmp)}, pythonpath=d)
     hook = Path(__file__).with_name("kill_points.py")
     outputs = []
     # the 2nd run of the first driver (1 confirmation run finished, its round half done); the 5th of the resumed one:
@@ -86,11 +91,14 @@ def test_a_search_killed_in_confirmation_and_in_its_ablation_resumes_with_each_r
                            capture_output=True, text=True, timeout=600)
         outputs.append(f"--- production_run:{n} rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
         assert p.returncode == -signal.SIGKILL, "\n".join(outputs)  # the kill landed where the plan says
+        # the first driver's trials ran on a Ray it started; a resume with every trial finished starts none
+        assert len(list((ray_tmp / "ray").glob("session_2*"))) == 1, "\n".join(outputs)
     done = subprocess.run([sys.executable, "-m", "autospeed", *args], cwd=d, env=env, capture_output=True,
                           text=True, timeout=600)
     outputs.append(f"--- final rc={done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}")
     every = "\n".join(outputs)
     assert done.returncode == 0, every
+    assert len(list((ray_tmp / "ray").glob("session_2*"))) == 1, every
 
     from autospeed.track import names
 
