@@ -102,6 +102,10 @@ def speedup(baseline_tta: float | None, tta: float | None) -> float | None:
 
 
 MIN_RUNS_FOR_INTERVAL = 3  # fewer runs on either side: no interval ("too few repeats for an interval")
+# How far a run's seconds drift between sessions on one machine, as the sd of their logs, beyond the spread inside
+# one sitting: a compiled recipe's fresh processes in sessions a minute apart, measured on a 2-core CPU
+# (experiments/results/session_drift.md). The between-session term of every next-run interval (next_run_interval).
+SESSION_LOG_SD = 0.033
 
 
 @dataclass(frozen=True)
@@ -140,14 +144,20 @@ def log_spread(groups: Iterable[Sequence[float | None]]) -> LogSpread | None:
     return LogSpread(math.sqrt(squares / df), df) if df else None
 
 
-def next_run_interval(values: Sequence[float | None], confidence: float = 0.9,
-                      spread: LogSpread | None = None) -> tuple[float | None, float | None]:
+def next_run_interval(values: Sequence[float | None], confidence: float = 0.9, spread: LogSpread | None = None,
+                      session_sd: float = 0.0) -> tuple[float | None, float | None]:
     """Where one more run's value (a TTA, a compile's seconds) falls with probability `confidence`, from these
-    runs' values: a prediction interval for log-normal values, exp(mean +- t(df) s sqrt(1 + 1/n)) of their logs,
-    the Student t quantile because s is estimated. `spread`: s and df pooled over every group of runs trained
-    beside these (log_spread, which says why that is sound); None: these runs' own (s their standard deviation,
-    df n - 1). (None, None) with fewer than MIN_RUNS_FOR_INTERVAL runs, any missing value (a missed target: the
-    runs' centre is not known then) or no spread."""
+    runs' values: a prediction interval for log-normal values, exp(mean +- t(df) u) of their logs, with
+    u^2 = s^2 (1 + 1/n), the Student t quantile because s is estimated. `spread`: s and df pooled over every group
+    of runs trained beside these (log_spread, which says why that is sound); None: these runs' own (s their
+    standard deviation, df n - 1). (None, None) with fewer than MIN_RUNS_FOR_INTERVAL runs, any missing value (a
+    missed target: the runs' centre is not known then) or no spread.
+
+    `session_sd`: the drift of a run's log value between sessions on one machine (SESSION_LOG_SD), which runs
+    trained in one sitting cannot show: it moves them together. Added as a component known from other
+    measurements (the GUM's "Type B"), twice: the runs' centre carries its own sitting's drift and the next run
+    another's, u^2 = s^2 (1 + 1/n) + 2 session_sd^2, the t quantile at the Welch-Satterthwaite degrees of freedom
+    df u^4 / (s^2 (1 + 1/n))^2 (the known term adds none of its own)."""
     from scipy.stats import t as student_t
 
     if len(values) < MIN_RUNS_FOR_INTERVAL or any(x is None or x <= 0 for x in values):
@@ -156,7 +166,10 @@ def next_run_interval(values: Sequence[float | None], confidence: float = 0.9,
     if spread is None:
         return None, None
     n = len(values)
-    half = student_t.ppf(0.5 + confidence / 2.0, spread.df) * spread.sd * math.sqrt(1.0 + 1.0 / n)
+    within = spread.sd ** 2 * (1.0 + 1.0 / n)
+    total = within + 2.0 * session_sd ** 2
+    df = spread.df * total ** 2 / within ** 2 if within > 0 else math.inf
+    half = student_t.ppf(0.5 + confidence / 2.0, df) * math.sqrt(total)
     centre = statistics.fmean(math.log(x) for x in values)
     return math.exp(centre - half), math.exp(centre + half)
 

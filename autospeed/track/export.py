@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.errors import RunFailure
-from autospeed.outcome import LogSpread, is_infeasible, log_spread, median_tta, next_run_interval
+from autospeed.outcome import SESSION_LOG_SD, LogSpread, is_infeasible, log_spread, median_tta, next_run_interval
 from autospeed.recipe import CompileCost, Measured, load_recipe
 from autospeed.track import names
 from autospeed.track import runs as res
@@ -188,7 +188,8 @@ def compile_costs(client, parent, trial_id: str, state: str) -> dict[str, Compil
     machine, warm the search machine's cache) and the ways its `compile_way` runs trained after them
     (search/compile_ways.py), each the medians over its runs (a run that missed the target counts as infinitely
     slow, as in the confirmed median) and where one more run falls, 90% (outcome.next_run_interval, its spread
-    pooled over every group of runs the confirmation trained: each candidate's, the baseline's, each way's);
+    pooled over every group of runs the confirmation trained: each candidate's, the baseline's, each way's, and the
+    drift between sessions, outcome.SESSION_LOG_SD, added: the user's run comes in another sitting);
     "not measured" for a way no run trained, never a guess."""
     trials = parent.data.metrics.get(names.M_CONFIRM_TRIALS)  # an extended search confirmed again: the last one's runs
 
@@ -217,8 +218,9 @@ def _cost(runs: list, compile_spread: LogSpread | None, tta_spread: LogSpread | 
     """One way's CompileCost from its finished runs and the confirmation's pooled spreads."""
     compiles = [r.data.metrics[names.M_COMPILE_SECONDS] for r in runs]
     ttas = [r.data.metrics.get(names.M_TTA) for r in runs]  # absent: the run missed the target
-    (compile_low, compile_high), (tta_low, tta_high) = (next_run_interval(compiles, spread=compile_spread),
-                                                        next_run_interval(ttas, spread=tta_spread))
+    (compile_low, compile_high), (tta_low, tta_high) = (
+        next_run_interval(compiles, spread=compile_spread, session_sd=SESSION_LOG_SD),
+        next_run_interval(ttas, spread=tta_spread, session_sd=SESSION_LOG_SD))
     return CompileCost(compile_seconds_median=statistics.median(compiles), tta_seconds_median=median_tta(ttas),
                        runs=len(runs), compile_seconds_low=compile_low, compile_seconds_high=compile_high,
                        tta_seconds_low=tta_low, tta_seconds_high=tta_high)
@@ -230,8 +232,8 @@ def compile_lines(measured: Measured | None) -> list[str]:
     if measured is None or not measured.compile_costs:
         return []
     used = _WAY_OF_STATE.get(measured.compile_cache_state or "")
-    lines = ["compile cost (train clock, medians of the confirmation runs; [where one more run falls, 90%]), "
-             "three ways:"]
+    lines = ["compile cost (train clock, medians of the confirmation runs; [where one more run falls, 90%, a "
+             f"{100 * SESSION_LOG_SD:.1f}% drift between sessions included, measured on a CPU]), three ways:"]
     for way, label in COMPILE_WAYS.items():
         cost = measured.compile_costs.get(way, NOT_MEASURED)
         if isinstance(cost, CompileCost):

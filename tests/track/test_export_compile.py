@@ -151,8 +151,9 @@ def test_an_eager_winner_has_no_compile_costs(client):
 def test_the_next_run_interval_pools_the_spread_of_every_group_of_the_confirmation(client, tmp_path):
     """The baseline's noisy confirmation runs (TTA 6.9-9.6 s) and the shipped cache's widen the new machine's TTA
     interval: one machine's noise, from every group of runs; compile seconds pool with compile seconds only (the
-    eager baseline's 0 s are no compile), a way with a missed target adds nothing to the TTAs' pool."""
-    from autospeed.outcome import log_spread, next_run_interval
+    eager baseline's 0 s are no compile), a way with a missed target adds nothing to the TTAs' pool; the drift
+    between sessions is added to both (the user's run comes in another sitting)."""
+    from autospeed.outcome import SESSION_LOG_SD, log_spread, next_run_interval
 
     base_runs, shipped = [(0.0, 8.0), (0.0, 9.6), (0.0, 6.9)], [(0.9, 1.7), (1.0, 1.8), (0.8, 1.6)]
     warm = [(0.1, 0.9), (0.2, 1.0), (0.1, None)]
@@ -162,12 +163,13 @@ def test_the_next_run_interval_pools_the_spread_of_every_group_of_the_confirmati
     (tmp_path / "best.yaml").write_text(text)
     cold = load_recipe(tmp_path / "best.yaml").measured.compile_costs["new_machine"]
     ttas, compiles = [t for _, t in CONFIRM_RUNS], [c for c, _ in CONFIRM_RUNS]
-    pooled = next_run_interval(ttas, spread=log_spread([ttas, [t for _, t in base_runs], [t for _, t in shipped]]))
+    pooled = next_run_interval(ttas, spread=log_spread([ttas, [t for _, t in base_runs], [t for _, t in shipped]]),
+                               session_sd=SESSION_LOG_SD)
     assert (cold.tta_seconds_low, cold.tta_seconds_high) == pytest.approx(pooled)
-    own_low, own_high = next_run_interval(ttas)
+    own_low, own_high = next_run_interval(ttas, session_sd=SESSION_LOG_SD)
     assert cold.tta_seconds_low < own_low and own_high < cold.tta_seconds_high
     by_kind = log_spread([compiles, [c for c, _ in shipped], [c for c, _ in warm]])
-    assert (cold.compile_seconds_low, cold.compile_seconds_high) == pytest.approx(next_run_interval(compiles,
-                                                                                                      spread=by_kind))
+    assert (cold.compile_seconds_low, cold.compile_seconds_high) == pytest.approx(
+        next_run_interval(compiles, spread=by_kind, session_sd=SESSION_LOG_SD))
     line = compile_lines(load_recipe(tmp_path / "best.yaml").measured)[1]
     assert f"TTA 2.00 s [next run {pooled[0]:.2f}-{pooled[1]:.2f} s]" in line
