@@ -412,7 +412,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "session_drift", "session_drift.py", "a compiled recipe's fresh `autospeed train` processes in sessions a "
         "minute apart: how far its seconds drift between sessions beyond the spread inside one (the between-session "
         "term of the export's next-run intervals, outcome.SESSION_LOG_SD)",
-        runs=(_r("--sessions", "6", "--runs", "2", "--pause-seconds", "60", "--out", f"{RESULTS}/session_drift.md",
+        runs=(_r("--sessions", "8", "--runs", "2", "--pause-seconds", "60", "--out", f"{RESULTS}/session_drift.md",
                  writes=("session_drift.md",)),),
         note="no quick pass: every run compiles (about 10 s on 2 cores) and its sessions are a minute apart",
         measures=(*TRAIN, BUILTIN, "autospeed/cli.py", "experiments/compile_cache.py")),

@@ -1,6 +1,6 @@
 """How far one recipe's seconds drift between sessions on this machine, beyond the spread inside one session (issue 41).
 
-    python experiments/session_drift.py [--sessions 6] [--runs 2] [--pause-seconds 60] [--out FILE]
+    python experiments/session_drift.py [--sessions 8] [--runs 2] [--pause-seconds 60] [--out FILE]
 
 A confirmation trains its runs in one sitting, minutes after the trials; the user's `autospeed train` runs later,
 after whatever the machine did in between. The spread inside one sitting (what a next-run interval from the
@@ -54,7 +54,7 @@ def anova(sessions: list[list[float]]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, default=6)
+    ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--runs", type=int, default=2, help="fresh processes per session (at least 2)")
     ap.add_argument("--pause-seconds", type=float, default=60.0, help="idle time between sessions")
     ap.add_argument("--out")
