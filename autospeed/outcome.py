@@ -103,9 +103,10 @@ def speedup(baseline_tta: float | None, tta: float | None) -> float | None:
 
 MIN_RUNS_FOR_INTERVAL = 3  # fewer runs on either side: no interval ("too few repeats for an interval")
 # How far a run's seconds drift between sessions on one machine, as the sd of their logs, beyond the spread inside
-# one sitting: a compiled recipe's fresh processes in sessions a minute apart, measured on a 2-core CPU
-# (experiments/results/session_drift.md). The between-session term of every next-run interval (next_run_interval).
-SESSION_LOG_SD = 0.033
+# one sitting: a compiled recipe's fresh processes in 8 sessions a minute apart, 3.4% (7 df) beside 2.2% inside a
+# session, measured on a 2-core CPU (experiments/results/session_drift.md). The between-session term of the export's
+# next-run intervals (next_run_interval).
+SESSION_LOG_SD = 0.034
 
 
 @dataclass(frozen=True)
