@@ -295,8 +295,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "long_job_bench", "long_job_bench.py",
         "long jobs, measured truth (long_bench.yaml, 3 seeds, samples to target): decision metrics of four rankings "
-        "of trials cut at 20x and 50x horizon ratios, and of successive halving, ASHA and an LR trend at the same "
-        "exploration compute, over simulated 12-trial searches",
+        "of trials cut at 20x and 50x horizon ratios, of successive halving, ASHA and an LR trend at the same "
+        "exploration compute, and of halving whose first rung is the flat cut (exploration in baseline runs), over "
+        "simulated 12-trial searches",
         runs=(_r("--part", "curves", writes=("long_job_bench_curves.json",)),
               _r("--part", "analysis", writes=("long_job_bench.md",),
                  measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py",

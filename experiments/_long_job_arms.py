@@ -1,11 +1,12 @@
 """Arms of experiments/long_job_bench.py whose trials grow: successive halving over trial lengths at the flat arm's
 exploration compute (issue 43: "horizons that grow, b, 3b, 9b"), Ray Tune's asynchronous rule (what the product's
-ASHA does on the train clock) on the same horizons, and the effective LR's trend across those horizons.
+ASHA does on the train clock) on the same horizons, the effective LR's trend across those horizons, and successive
+halving whose first rung is the flat cut itself (its exploration stated in baseline runs by the caller).
 
 Every arm here ranks by the metric at the cut (long_job_ranking.metric_score: samples at the target where the trial
-reached it, else the censored `horizon x (1 + gap)`), each trial at the horizon it was trained to; what differs from
-the flat arm is only which trials train how far. Samples stand for compute: a trial that continues from rung k to
-rung k + 1 costs the samples between them (it is not restarted)."""
+reached it, else the censored `horizon x (1 + gap)`), each trial at the horizon it was trained to (asha_horizon: by
+autospeed/horizon.py there); what differs from the flat arm is only which trials train how far. Samples stand for
+compute: a trial that continues from rung k to rung k + 1 costs the samples between them (it is not restarted)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ def spent(plan: Sequence[tuple[float, int]]) -> float:
     return sum(n * (h - (plan[k - 1][0] if k else 0.0)) for k, (h, n) in enumerate(plan))
 
 
+def cut_plan(eta: int, cut_samples: float, trials: int, rungs: int, end_samples: float) -> list[tuple[float, int]]:
+    """[(horizon in samples, trials trained to it)] of successive halving from the flat cut: all `trials` at the cut
+    (exactly the flat arm's information), the top ceil(n / eta) on to eta times the horizon until KEEP remain, then
+    those KEEP on to eta times further, `rungs` horizons in all (fewer where they would pass `end_samples`, the
+    recipes' own end, or one trial is left). eta 3, 12 trials, 3 rungs: 12 at the cut, 4 at 3 cuts, 2 at 9."""
+    plan = [(min(cut_samples, end_samples), trials)]
+    while len(plan) < rungs and plan[-1][0] < end_samples and plan[-1][1] >= KEEP:
+        h, n = plan[-1]
+        plan.append((min(h * eta, end_samples), max(math.ceil(n / eta), KEEP)))
+    return plan
+
+
 def halving_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]],
                    score: Callable[[int, float], float]) -> tuple[list[int], list[list[int]]]:
     """Synchronous successive halving of the trials `order` (ties keep the search's order): the ranking (the last
@@ -51,14 +64,12 @@ def halving_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]],
     return alive + dropped, rungs
 
 
-def asha_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]], eta: int,
-                score: Callable[[int, float], float]) -> tuple[list[int], float]:
-    """Ray Tune's ASHA (ray.tune.schedulers.AsyncHyperBandScheduler's rung rule) on the halving plan's horizons,
-    trials one at a time in the search's order: a trial continues past a rung while its score is no worse than the
-    rung's cutoff so far (the (1 - 1/eta) quantile of the rung's recorded rewards, interpolated as numpy's
-    percentile; the first trial at a rung always continues), and stops at the last horizon (max_t). The ranking
-    (furthest horizon first, by the score there) and the samples it spent (not fixed: it depends on the order)."""
-    horizons = [h for h, _ in plan]
+def asha_rungs(order: Sequence[int], horizons: Sequence[float], eta: int,
+               score: Callable[[int, float], float]) -> dict[int, int]:
+    """Ray Tune's ASHA (ray.tune.schedulers.AsyncHyperBandScheduler's rung rule) on `horizons`, trials one at a time
+    in the search's order: a trial continues past a rung while its score is no worse than the rung's cutoff so far
+    (the (1 - 1/eta) quantile of the rung's recorded rewards, interpolated as numpy's percentile; the first trial
+    at a rung always continues), and stops at the last horizon (max_t). Trial -> the index of its last horizon."""
     recorded: list[list[float]] = [[] for _ in horizons]
     reached: dict[int, int] = {}
     for i in order:
@@ -70,7 +81,24 @@ def asha_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]], eta: in
             if k == len(horizons) - 1 or (cutoff is not None and reward < cutoff):
                 break
         reached[i] = k
-    ranked = sorted(order, key=lambda i: (-reached[i], score(i, horizons[reached[i]])))
+    return reached
+
+
+def asha_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]], eta: int,
+                score: Callable[[int, float], float], by_rung: bool = True) -> tuple[list[int], float]:
+    """ASHA (asha_rungs) on the halving plan's horizons: the ranking (furthest horizon first, by the score there;
+    `by_rung` False: as the product ranks, autospeed/track/runs.py ranked: reached trials by their samples to
+    target, then the rest by their distance to the target at their own last horizon, whatever its length) and the
+    samples it spent (not fixed: it depends on the order)."""
+    horizons = [h for h, _ in plan]
+    reached = asha_rungs(order, horizons, eta, score)
+
+    def product(i: int) -> tuple[bool, float]:  # the censored objective's order: h x (1 + gap) >= h unless reached
+        h = horizons[reached[i]]
+        s = score(i, h)
+        return (False, s) if s < h else (True, s / h)
+
+    ranked = sorted(order, key=lambda i: (-reached[i], score(i, horizons[reached[i]])) if by_rung else product(i))
     return ranked, sum(horizons[reached[i]] for i in order)
 
 
@@ -96,7 +124,12 @@ def trend_ranked(ranked: Sequence[int], rungs: Sequence[Sequence[int]], lr: Call
 
 
 GROWN = ("halving 3", "halving 2", "asha 3", "halving 3 + LR trend")
-ARMS = (*FLAT, *GROWN)
+CUT_RUNGS = {"halving from cut to 3c": 2, "halving from cut to 9c": 3, "halving from cut to 27c": 4}  # c: the cut
+# Ray's rule on the 9c plan's rungs, ranked furthest rung first, as the product's censored objective ranks, and by
+# autospeed/horizon.py at each trial's own last horizon (long_job_bench.py: the product with predict on)
+ASHA_CUT = ("asha from cut to 9c", "asha from cut to 9c, objective", "asha from cut to 9c, horizon.py")
+FROM_CUT = (*CUT_RUNGS, *ASHA_CUT)
+ARMS = (*FLAT, *GROWN, *FROM_CUT)
 
 
 def plans_for(cut_samples: float, trials: int, n: int | None = None) -> dict[int, list[tuple[float, int]]]:
@@ -121,6 +154,47 @@ def grown(order: Sequence[int], plans: dict[int, list[tuple[float, int]]], score
     out["halving 3 + LR trend"] = trend_ranked(out["halving 3"], rungs3, lr, trend)
     return out, {"asha_spent": asha_spent, "leaders": leaders, "trend": trend,
                  "second_rung": rungs3[min(1, len(rungs3) - 1)]}
+
+
+def cut_plans(cut_samples: float, trials: int, end_samples: float,
+              n: int | None = None) -> dict[str, list[tuple[float, int]]]:
+    """CUT_RUNGS' arm -> eta 3's plan from the flat cut; with `n`, the same horizons for n trials (as plans_for)."""
+    plans = {a: cut_plan(3, cut_samples, trials, k, end_samples) for a, k in CUT_RUNGS.items()}
+    if n is None:
+        return plans
+    return {a: [(h, math.ceil(m * n / trials)) for h, m in p] for a, p in plans.items()}
+
+
+def from_cut(order: Sequence[int], plans: dict[str, list[tuple[float, int]]],
+             score: Callable[[int, float], float]) -> tuple[dict[str, list[int]], dict[str, float]]:
+    """Each FROM_CUT arm's ranking of the trials `order` (synchronous halving on its plan; Ray's asynchronous rule on
+    the 9c plan's horizons, trials one after another, ranked furthest rung first or as the product ranks), and the
+    samples each spent."""
+    out = {a: halving_ranked(order, plan, score)[0] for a, plan in plans.items()}
+    cost = {a: spent(plan) for a, plan in plans.items()}
+    for a in ASHA_CUT[:2]:
+        out[a], cost[a] = asha_ranked(order, plans["halving from cut to 9c"], 3, score, by_rung=a == ASHA_CUT[0])
+    cost[ASHA_CUT[2]] = cost[ASHA_CUT[0]]  # the same trials to the same rungs: ranked by the caller
+    return out, cost
+
+
+def asha_horizon(order: list[int], row_at, horizons: list[float], score, target: float, cap: float) -> list[int]:
+    """The trials `order` after ASHA's rule from the cut (_long_job_arms.asha_rungs on `horizons`), ranked by
+    autospeed/horizon.py each at its own last horizon, pooling the exponents in the search's order: the product with
+    predict on. `row_at(i, h)`: trial i's row cut at h."""
+    import long_job_ranking as ranking
+
+    from autospeed import horizon
+
+    last, out, pool = asha_rungs(order, horizons, 3, score), {}, []
+    for i in order:
+        h = horizons[last[i]]
+        row = row_at(i, h)
+        hit = ranking.reached_seconds(ranking.cut_points(row, h), target)
+        cut = ranking.horizon_cut(row, h, target)
+        out[i] = hit if hit is not None else horizon.score(cut, horizon.pooled([*pool, cut.exponent]), cap)[0]
+        pool.append(cut.exponent)
+    return sorted(order, key=out.__getitem__)
 
 
 def leave_one_out(truth: np.ndarray, metric: list[list[float]], at: dict, plan: list[tuple[float, int]],

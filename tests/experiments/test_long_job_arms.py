@@ -53,3 +53,30 @@ def test_lr_trend_extrapolates_a_power_law_in_the_horizon():
     assert trend == pytest.approx(0.025)
     ranked = arms.trend_ranked([2, 1, 0, 3], [[2, 1, 0, 3], [1, 2]], {**lrs, 3: 0.025}.__getitem__, trend)
     assert ranked == [2, 1, 0, 3]  # the first rung's survivors by their distance to the trend, then the rest
+
+
+def test_halving_from_the_cut_starts_at_the_flat_cut_and_keeps_two_past_it():
+    """Rung 1 is the flat arm's cut for every trial; then 4, then 2, and 2 again while rungs are asked for; a rung
+    never passes the recipes' end."""
+    plan = arms.cut_plan(3, 1000.0, 12, 4, end_samples=1e9)
+    assert plan == [(1000.0, 12), (3000.0, 4), (9000.0, 2), (27000.0, 2)]
+    assert arms.spent(plan[:3]) == pytest.approx(32 * 1000.0)  # 12 + 4 x 2 + 2 x 6 cuts
+    assert arms.cut_plan(3, 1000.0, 12, 4, end_samples=5000.0) == [(1000.0, 12), (3000.0, 4), (5000.0, 2)]
+
+
+def test_asha_ranked_as_the_product_ranks_keeps_a_survivor_above_a_trial_that_led_at_the_cut():
+    """Trial 0 continues past the cut (a rung's first trial always does) and reaches 0.945 at the last rung; trial 1
+    led it at the cut (0.92 against 0.90) and stopped at 3c (0.925). By the censored objective (distance to the
+    target at each trial's own last rung, as autospeed/track/runs.py ranks) the survivor still leads, as rung-first."""
+    plan = arms.cut_plan(3, 1000.0, 3, 3, end_samples=1e9)
+    accuracy = {0: {1000.0: 0.90, 3000.0: 0.93, 9000.0: 0.945}, 1: {1000.0: 0.92, 3000.0: 0.925, 9000.0: 0.95},
+                2: {1000.0: 0.80, 3000.0: 0.99, 9000.0: 0.99}}
+
+    def score(i: int, h: float) -> float:  # the censored objective at horizon h, target 0.96, none reached
+        return h * (1 + (0.96 - accuracy[i][h]) / 0.96)
+
+    assert arms.asha_rungs([0, 1, 2], [h for h, _ in plan], 3, score) == {0: 2, 1: 1, 2: 0}
+    for by_rung in (True, False):
+        ranked, spent = arms.asha_ranked([0, 1, 2], plan, 3, score, by_rung=by_rung)
+        assert ranked == [0, 1, 2]
+        assert spent == pytest.approx(9000.0 + 3000.0 + 1000.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from autospeed.space import spec_from_dict
@@ -240,3 +241,42 @@ def test_the_stopper_ends_the_search_once_the_callback_has_a_stop_reason():
     assert not stopper.stop_all() and not stopper("t1", {})
     callback.stop_reason = "the last 5 trials failed with the same error: boom"
     assert stopper.stop_all()
+
+
+def test_long_yaml_halves_from_its_cut_and_ranks_the_trial_asha_let_through_first():
+    """search_spaces/long.yaml (issue 43; long_job_bench.md, 'asha from cut to 9c'): ASHA's rungs at its grace and 3x
+    it, the trials' budget 9x it, predict off. Trial a (a rung's first trial always goes on) trains to the budget;
+    b led it at the first rung and is stopped at the second; c is stopped at the first. The leaderboard (track/runs.py
+    ranked, on the censored objective each trial reports) puts a first: a trial compared at its highest rung."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from autospeed.outcome import Status, objective
+    from autospeed.search.tuner import make_scheduler
+    from autospeed.space import load_spec
+    from autospeed.track.runs import TrialRow, ranked
+
+    spec = load_spec(str(SMOKE.parent / "long.yaml"))
+    grace, budget = spec.asha.grace_seconds, spec.budget.max_train_seconds
+    assert spec.asha.enabled and spec.asha.reduction_factor == 3 and budget == pytest.approx(9 * grace)
+    assert not spec.predict.enabled  # horizon.py at each trial's own rung missed more often (long_job_bench.md)
+    asha = make_scheduler(spec)
+    accuracy = {"a": (0.90, 0.93, 0.945), "b": (0.92, 0.925, 0.95), "c": (0.80, 0.99, 0.99)}  # at grace, 3x, budget
+    last = {}
+    for name, values in accuracy.items():
+        trial = _Trial(name, False)
+        asha.on_trial_add(None, trial)
+        for seconds, value in zip((grace, 3 * grace, budget), values):
+            last[name] = (seconds, value)
+            if asha.on_trial_result(None, trial, {"train_seconds": seconds, "val_accuracy": value}) == \
+                    TrialScheduler.STOP:
+                break
+    assert {name: seconds for name, (seconds, _) in last.items()} == {"a": budget, "b": 3 * grace, "c": grace}
+    target = spec.resolved_target.value
+    rows = []
+    for name, (seconds, _) in last.items():
+        best = max(accuracy[name][:1 + sum(s <= seconds for s in (3 * grace, budget))])
+        status = Status.NOT_REACHED if seconds >= budget else Status.STOPPED_EARLY
+        rows.append(TrialRow(run_id=name, trial_id=name, kind="trial", baseline=False, status=status.value,
+                             tta_seconds=None, best_val_accuracy=best, wall_seconds=None, params={},
+                             objective=objective(status, None, best, target, budget)))
+    assert [r.trial_id for r in ranked(rows)] == ["a", "b", "c"]
