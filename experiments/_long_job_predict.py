@@ -162,10 +162,6 @@ def _pct(k: int, n: int) -> str:
 def section(results: list[dict]) -> list[str]:
     """long_job_bench.md's section on the winner's predicted samples to target, its goals marked, counted from the
     rows."""
-    def meeting(a: str, k: str) -> str:
-        rows = [r for r in results if all(met(r["prediction"]["arms"][a][k], r["ratio"]))]
-        return ", ".join(f"{r['target']} {r['ratio']}x" for r in rows) or "none"
-
     first = results[0]["prediction"]["arms"][PICK_ARMS[0]]["horizon.py"]
     return ["## Predicting the winner's samples to target (issue 43: within 25% at 20x, 35% at 50x)", "",
             "The first pick of halving from the cut, trained to 9 cuts (its last rung), on the searches of the table "
@@ -181,9 +177,7 @@ def section(results: list[dict]) -> list[str]:
             "'over predicted' leave such picks out. A pick that never reaches is predicted right only by no "
             "prediction (its schedule ends the run first, or past the cap); "
             f"{first['never']} of {first['picks']} first picks never reach at the space's target at 20x.", "",
-            *table(results), "", *why_table(results), "",
-            "Both goals (median |log| and the interval's coverage) met: " + "; ".join(
-                f"'{a}' by '{k}' at {meeting(a, k)}" for a in PICK_ARMS for k in PREDICTORS) + "."]
+            *table(results), "", *why_table(results), "", *reading(results)]
 
 
 def why_table(results: list[dict]) -> list[str]:
@@ -197,3 +191,58 @@ def why_table(results: list[dict]) -> list[str]:
                        f"{w['extrapolation']:.2f} | {w['needed']:.2f} | {w['own']:.2f} ({w['without_own']}) | "
                        f"{w['pool']:.2f} | {w['rung_pool']:.2f} |")
     return out
+
+
+def _span(values: list[float], form: str = ".2f") -> str:
+    known = [v for v in values if not math.isnan(v)]
+    return f"{min(known):{form}}-{max(known):{form}}" if known else "-"
+
+
+def reading(results: list[dict]) -> list[str]:
+    """What the rows say, counted from them."""
+    def of(key: str, ratio: int, predictor: str, arm: str | None = None) -> list[float]:
+        return [c[key] / c["reach"] if key == "given" else c[key] for r in results if r["ratio"] == ratio
+                for a, by in r["prediction"]["arms"].items() if arm in (None, a) for k, c in by.items()
+                if k == predictor]
+
+    def why(key: str, ratio: int | None = None) -> list[float]:
+        return [w[key] for r in results if ratio in (None, r["ratio"]) for w in r["prediction"]["why"].values()]
+
+    met_rows = [f"{r['target']} {r['ratio']}x {a} by '{k}'" for r in results
+                for a, by in r["prediction"]["arms"].items() for k, c in by.items() if all(met(c, r["ratio"]))]
+    bias20 = {r["target"]: r["prediction"]["arms"][PICK_ARMS[0]]["own power law"]["bias"] for r in results
+              if r["ratio"] == 20}
+    steep = [f"{r['target']}: {w['own']:.2f} vs {w['needed']:.2f}" for r in results if r["ratio"] == 20
+             for w in [r["prediction"]["why"][PICK_ARMS[0]]] if w["own"] > w["needed"] and bias20[r["target"]] < 0]
+    return [
+        "- **The product's prediction ('horizon.py')**: it gives one for " + _span(of("given", 20, "horizon.py"), ".0%")
+        + " of the first picks that reach at 20x, " + _span(of("given", 50, "horizon.py"), ".0%") + " at 50x; for "
+        "the others it says the run's schedule ends first (a miss: they reach). At 20x its pool's median exponent ("
+        f"{_span(why('pool', 20))}) is below the winner's own ({_span(why('own', 20))}) and the one that meets the "
+        f"truth ({_span(why('needed', 20))}): the pool holds the trials stopped at the first rung, their exponents "
+        "measured on the curve's early stretch, and projects a winner trained 9x longer with their slope.",
+        "- **Exponents measured at the winner's rung ('same rung', 'own power law')**: a prediction for " +
+        _span(of("given", 20, "own power law") + of("given", 20, "horizon.py, same rung"), ".0%") + " of the "
+        "reaching picks at 20x, median |log| " + _span(of("error", 20, "own power law") +
+                                                       of("error", 20, "horizon.py, same rung")) +
+        " (goal 0.22), its interval holding " + _span(of("coverage", 20, "own power law") +
+                                                     of("coverage", 20, "horizon.py, same rung"), ".0%") +
+        " of the time. Its sign follows the target: the own power law's median log(predicted / truth) at 20x "
+        "(halving) is " + ", ".join(f"{t}: {b:+.2f}" for t, b in bias20.items()) + ". A power law to the bound "
+        "(accuracy 1) cannot bend towards the model's ceiling: where the prediction comes too early, the winner's own "
+        "exponent (median) is steeper than the one that meets the truth (" + ", ".join(steep) + ").",
+        f"- **At 50x** the winner is extrapolated {_span(why('extrapolation', 50))}x (20x: "
+        f"{_span(why('extrapolation', 20))}x) and its own exponent is missing in {_span(why('without_own', 50), 'd')}"
+        f" of {results[0]['prediction']['arms'][PICK_ARMS[0]]['own power law']['picks']} picks: past the trial runs' "
+        "dense window the benchmark's curves are evaluated every 0.25 epoch, which leaves 2-3 evaluations in the "
+        "later half of a 9-cut rung at 50x (horizon.py needs 3); the 50x figures are the curves' limit as much as the "
+        "predictor's.",
+        f"- The searches' first picks are few: {_span(why('distinct'), 'd')} distinct (recipe, seed) pairs of "
+        f"{_span(why('recipes'), 'd')} recipes per row, resampled by the searches; every figure above rests on them.",
+        "- **Goal**: both figures met at " + (", ".join(met_rows) or "no row, by no predictor") + ". The product "
+        "keeps `predict` off for the winner as for ranking: a predicted TTA it would show (and export as "
+        "`measured.trajectory` for `autospeed train` to check against) is not yet one that holds. What is left: "
+        "a model with the curve's floor (the error does not fall to 0) whose exponent is pooled at the winner's rung, "
+        "not across rungs (pooling at its rung alone is not enough: 'same rung' above), and curves evaluated densely "
+        "to 9 cuts at 50x to measure it; until then the winner's "
+        "production TTA comes from its confirmation runs (long.yaml confirms the best 2, 3 runs each)."]
