@@ -201,7 +201,8 @@ def _span(values: list[float], form: str = ".2f") -> str:
 def reading(results: list[dict]) -> list[str]:
     """What the rows say, counted from them."""
     def of(key: str, ratio: int, predictor: str, arm: str | None = None) -> list[float]:
-        return [c[key] / c["reach"] if key == "given" else c[key] for r in results if r["ratio"] == ratio
+        return [c["given"] / c["reach"] if key == "given" else c["never_predicted"] / c["never"]
+                if key == "never_share" else c[key] for r in results if r["ratio"] == ratio
                 for a, by in r["prediction"]["arms"].items() if arm in (None, a) for k, c in by.items()
                 if k == predictor]
 
@@ -217,7 +218,8 @@ def reading(results: list[dict]) -> list[str]:
     return [
         "- **The product's prediction ('horizon.py')**: it gives one for " + _span(of("given", 20, "horizon.py"), ".0%")
         + " of the first picks that reach at 20x, " + _span(of("given", 50, "horizon.py"), ".0%") + " at 50x; for "
-        "the others it says the run's schedule ends first (a miss: they reach). At 20x its pool's median exponent ("
+        "the others it gives none (a miss: they reach), the projected crossing mostly past the run's end. At 20x its "
+        "pool's median exponent ("
         f"{_span(why('pool', 20))}) is below the winner's own ({_span(why('own', 20))}) and the one that meets the "
         f"truth ({_span(why('needed', 20))}): the pool holds the trials stopped at the first rung, their exponents "
         "measured on the curve's early stretch, and projects a winner trained 9x longer with their slope.",
@@ -227,7 +229,10 @@ def reading(results: list[dict]) -> list[str]:
                                                        of("error", 20, "horizon.py, same rung")) +
         " (goal 0.22), its interval holding " + _span(of("coverage", 20, "own power law") +
                                                      of("coverage", 20, "horizon.py, same rung"), ".0%") +
-        " of the time. Its sign follows the target: the own power law's median log(predicted / truth) at 20x "
+        " of the time; it gives a TTA to " + _span(
+            of("never_share", 20, "own power law") + of("never_share", 20, "horizon.py, same rung"), ".0%") +
+        " of the picks that never reach (misses). Its sign follows the target: the own power law's median "
+        "log(predicted / truth) at 20x "
         "(halving) is " + ", ".join(f"{t}: {b:+.2f}" for t, b in bias20.items()) + ". A power law to the bound "
         "(accuracy 1) cannot bend towards the model's ceiling: where the prediction comes too early, the winner's own "
         "exponent (median) is steeper than the one that meets the truth (" + ", ".join(steep) + ").",
@@ -235,8 +240,8 @@ def reading(results: list[dict]) -> list[str]:
         f"{_span(why('extrapolation', 20))}x) and its own exponent is missing in {_span(why('without_own', 50), 'd')}"
         f" of {results[0]['prediction']['arms'][PICK_ARMS[0]]['own power law']['picks']} picks: past the trial runs' "
         "dense window the benchmark's curves are evaluated every 0.25 epoch, which leaves 2-3 evaluations in the "
-        "later half of a 9-cut rung at 50x (horizon.py needs 3); the 50x figures are the curves' limit as much as the "
-        "predictor's.",
+        "later half of a 9-cut rung at 50x (horizon.py needs 3): the 50x figures measure these curves' sparseness as "
+        "well as the predictor.",
         f"- The searches' first picks are few: {_span(why('distinct'), 'd')} distinct (recipe, seed) pairs of "
         f"{_span(why('recipes'), 'd')} recipes per row, resampled by the searches; every figure above rests on them.",
         "- **Goal**: both figures met at " + (", ".join(met_rows) or "no row, by no predictor") + ". The product "
