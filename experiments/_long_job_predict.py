@@ -193,6 +193,10 @@ def why_table(results: list[dict]) -> list[str]:
     return out
 
 
+def _share(k: int, n: int) -> float:
+    return k / n if n else math.nan
+
+
 def _span(values: list[float], form: str = ".2f") -> str:
     known = [v for v in values if not math.isnan(v)]
     return f"{min(known):{form}}-{max(known):{form}}" if known else "-"
@@ -201,7 +205,7 @@ def _span(values: list[float], form: str = ".2f") -> str:
 def reading(results: list[dict]) -> list[str]:
     """What the rows say, counted from them."""
     def of(key: str, ratio: int, predictor: str, arm: str | None = None) -> list[float]:
-        return [c["given"] / c["reach"] if key == "given" else c["never_predicted"] / c["never"]
+        return [_share(c["given"], c["reach"]) if key == "given" else _share(c["never_predicted"], c["never"])
                 if key == "never_share" else c[key] for r in results if r["ratio"] == ratio
                 for a, by in r["prediction"]["arms"].items() if arm in (None, a) for k, c in by.items()
                 if k == predictor]
@@ -244,10 +248,14 @@ def reading(results: list[dict]) -> list[str]:
         "well as the predictor.",
         f"- The searches' first picks are few: {_span(why('distinct'), 'd')} distinct (recipe, seed) pairs of "
         f"{_span(why('recipes'), 'd')} recipes per row, resampled by the searches; every figure above rests on them.",
-        "- **Goal**: both figures met at " + (", ".join(met_rows) or "no row, by no predictor") + ". The product "
-        "keeps `predict` off for the winner as for ranking: a predicted TTA it would show (and export as "
-        "`measured.trajectory` for `autospeed train` to check against) is not yet one that holds. What is left: "
-        "a model with the curve's floor (the error does not fall to 0) whose exponent is pooled at the winner's rung, "
-        "not across rungs (pooling at its rung alone is not enough: 'same rung' above), and curves evaluated densely "
-        "to 9 cuts at 50x to measure it; until then the winner's "
-        "production TTA comes from its confirmation runs (long.yaml confirms the best 2, 3 runs each)."]
+        "- **Goal**: both figures met at " + (", ".join(met_rows) + ": where they hold, a prediction the product "
+                                              "could show and export as `measured.trajectory`, ranking unchanged."
+                                              if met_rows else NOT_MET)]
+
+
+NOT_MET = ("no row, by no predictor. The product keeps `predict` off for the winner as for ranking: a predicted TTA it "
+           "would show (and export as `measured.trajectory` for `autospeed train` to check against) is not yet one "
+           "that holds. What is left: a model with the curve's floor (the error does not fall to 0) whose exponent is "
+           "pooled at the winner's rung, not across rungs (pooling at its rung alone is not enough: 'same rung' "
+           "above), and curves evaluated densely to 9 cuts at 50x to measure it; until then the winner's production "
+           "TTA comes from its confirmation runs (long.yaml confirms the best 2, 3 runs each).")
