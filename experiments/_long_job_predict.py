@@ -255,7 +255,8 @@ def reading(results: list[dict]) -> list[str]:
 
 NOT_MET = ("no row, by no predictor. The product keeps `predict` off for the winner as for ranking: a predicted TTA it "
            "would show (and export as `measured.trajectory` for `autospeed train` to check against) is not yet one "
-           "that holds. What is left: a model with the curve's floor (the error does not fall to 0) whose exponent is "
-           "pooled at the winner's rung, not across rungs (pooling at its rung alone is not enough: 'same rung' "
-           "above), and curves evaluated densely to 9 cuts at 50x to measure it; until then the winner's production "
-           "TTA comes from its confirmation runs (long.yaml confirms the best 2, 3 runs each).")
+           "that holds. What is left, untested here: a model that bends towards the curve's floor (the error does "
+           "not fall to 0), what it shares pooled at the winner's rung, not across rungs (pooling at its rung alone "
+           "is not enough: 'same rung' above), and curves evaluated densely to 9 cuts at 50x to measure it; until "
+           "then the winner's production TTA comes from its confirmation runs (long.yaml confirms the best 2, 3 "
+           "runs each).")
