@@ -297,11 +297,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "long jobs, measured truth (long_bench.yaml, 3 seeds, samples to target): decision metrics of four rankings "
         "of trials cut at 20x and 50x horizon ratios, of successive halving, ASHA and an LR trend at the same "
         "exploration compute, and of halving whose first rung is the flat cut (exploration in baseline runs), over "
-        "simulated 12-trial searches",
+        "simulated 12-trial searches; and how well the halving winner's samples to target are predicted",
         runs=(_r("--part", "curves", writes=("long_job_bench_curves.json",)),
               _r("--part", "analysis", writes=("long_job_bench.md",),
                  measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py",
-                           "experiments/_long_job_arms.py", "experiments/_long_job_report.py"))),
+                           "experiments/_long_job_arms.py", "experiments/_long_job_report.py",
+                           "experiments/_long_job_predict.py"))),
         # a tiny real run of both parts: 3 recipes, 2 seeds, 3 epochs of 3,200 samples, targets a few reach
         quick=("--part", "all", "--recipes", "3", "--seeds", "2", "--epochs", "3", "--num-samples", "4000",
                "--targets", "0.3", "0.25", "--stop", "0.3", "--searches", "20",

@@ -20,6 +20,14 @@ KEEP = 2  # halving stops at the rung where at most this many remain: the last c
 ETAS = (3, 2)
 
 
+def searches(n: int, size: int, seeds: int, count: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """long_job_bench.py's simulated searches: `count` of (the order of `size` of the `n` recipes, each recipe's
+    trial seed among `seeds`), drawn with numpy's generator seeded `seed`."""
+    rng = np.random.default_rng(seed)
+    return [([int(i) for i in rng.permutation(n)[:size]], [int(s) for s in rng.integers(seeds, size=n)])
+            for _ in range(count)]
+
+
 def halving_plan(eta: int, cut_samples: float, trials: int) -> list[tuple[float, int]]:
     """[(horizon in samples, trials trained to it)] of successive halving: `trials` at b, the top ceil(n / eta)
     of each rung on to eta times its horizon, until at most KEEP remain; b such that the samples spent equal the

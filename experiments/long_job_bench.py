@@ -43,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _long_job_arms as arms  # noqa: E402
+import _long_job_predict as prediction  # noqa: E402
 from _common import RESULTS, cpu_lock, provenance, results_header, shown, write_results  # noqa: E402
 
 SPACE = "search_spaces/long_bench.yaml"
@@ -219,15 +220,13 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             cache[s, i, h] = trial_row(recipes[i], s, h)
         return cache[s, i, h]
 
-    rng = np.random.default_rng(seed)
+    draws = arms.searches(n, size, seeds, searches, seed)  # the same searches for every arm and the predictions
     per = {a: {"miss": [], "regret": [], "top3": [], "wins": 0, "losses": 0, "other": [], "spent": []} for a in ARMS}
     grew = {"leaders": [], "trend": [], "best_lr": [], "lost_first": [], "lost_flat": []}
     # horizon 0.71's first pick unlike the metric's; of those, scored by default; ASHA's first pick with the objective
     # unlike the rung-first one's
     skipped = departs = default = objective_departs = 0
-    for _ in range(searches):
-        order = [int(i) for i in rng.permutation(n)[:size]]
-        picked = [int(s) for s in rng.integers(seeds, size=n)]  # each recipe's trial: one of its seeds
+    for order, picked in draws:  # each recipe's trial: one of its seeds (picked)
         rows = [trials[s][i] for i, s in enumerate(picked)]
         t = truth[order]
         if not np.isfinite(t).any():
@@ -274,7 +273,8 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
            "trend": _median(grew["trend"]), "best_lr": _median(grew["best_lr"]),
            "lost_first": _mean(grew["lost_first"]), "lost_flat": _mean(grew["lost_flat"]),
            "loo": arms.leave_one_out(truth, fixed["metric"], at, cplans["halving from cut to 9c"], size,
-                                     max(searches // 4, 1), seed)}
+                                     max(searches // 4, 1), seed),
+           "prediction": prediction.condition(truth, draws, cplans["halving from cut to 9c"], at, row_at, target, cap)}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged (a grown arm: its rank over all)
         scores = []
         for s in range(seeds):
@@ -403,7 +403,7 @@ def run_analysis(args) -> None:
     body = [*head, "", *report.table(results), "", *notes, "", *report.plans_text(results, TRIALS), "",
             *report.lr_table(results), "", *branch_factors(data, results), "",
             *report.reading(results, lr_split(data, args.targets[0]), collapses(data, args.targets[0])), "",
-            *report.goals(results)]
+            *report.goals(results), "", *prediction.section(results)]
     text = results_header("Long-job benchmark: ranking trials at 20x and 50x horizon ratios, measured truth") + \
         "\n".join(body) + "\n"
     print(text)
