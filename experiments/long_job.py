@@ -10,16 +10,17 @@
     prediction, and how often the 80% interval held the truth. References at the same compute (a common budget
     per recipe = the cut x the median true TTA, as a search gives every trial the same budget): the prediction,
     today's censored objective (`budget x (1 + gap)`), and the metric's value at the budget.
-(b) Payback (`--part payback`): long.yaml searched with and without predict at the same search compute (trials
-    and budget), over `--seeds` sampler seeds, exploration only (probe and trials: confirmation off); then the
+(b) Payback (`--part payback`, issue 43's E5): long.yaml searched by three arms (ARMS: halving from its cut as the
+    space is; the flat search ranked by the metric at equal horizon; the previous predictor) at equal exploration
+    compute on the train clock, over `--seeds` sampler seeds, exploration only (confirmation off); then the
     baseline and every search's winner trained to the real target in fresh processes, interleaved, `--repeats`
-    each. Gives each search's exploration wall seconds in baseline runs (the baseline's median process wall,
-    start to exit) and the winner's measured speed-up (median TTAs, train clock).
+    each. Gives each search's exploration (trials' train clock and wall) in baseline runs and the winner's
+    measured speed-up (median TTAs, train clock).
 
 Run (from the repository root):
     python experiments/long_job.py --part curves        # ~10 min on 2 cores -> experiments/results/long_job_curves.json
     python experiments/long_job.py --part quality       # seconds -> experiments/results/long_job.md
-    python experiments/long_job.py --part payback       # ~25 min -> experiments/results/long_job_payback.md
+    python experiments/long_job.py --part payback       # ~35 min -> experiments/results/long_job_payback.md
 """
 
 from __future__ import annotations
@@ -210,26 +211,44 @@ def quality_lines(data: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- (b) payback
+# The arms at one seed (issue 43's E5): long.yaml as it is (halving from its cut with ASHA, ranked by the censored
+# objective); the metric at equal horizon (every trial the same budget, ASHA off: the flat search); the previous
+# design (the same flat budget, ranked by horizon.py's predicted TTA, ending a trial whose predicted low bound is past
+# the incumbent's high bound). The flat arms' budget is the halving search's own trial train seconds / its trials:
+# equal exploration compute on the train clock, seed by seed.
+ARMS = {"halving": [],
+        "flat": ["asha.enabled=false", "predict.enabled=false", "budget.max_train_seconds={flat}"],
+        "predict": ["asha.enabled=false", "predict.enabled=true", "predict.early_stop=true",
+                    "budget.max_train_seconds={flat}"]}
+
+
 def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
     from autospeed.space import load_spec
-    from autospeed.track import runs
+    from autospeed.track import names, runs
     from autospeed.track.store import connect
 
     spec = load_spec(space)
     searches = []
     for seed in seeds:
-        for predict in (True, False):
-            name = f"long-{'predict' if predict else 'censored'}-s{seed}"
-            variant = write_space_variant(space, [f"sampler.seed={seed}", f"predict.enabled={str(predict).lower()}",
-                                                  "confirm.repeats=0"], name, work)
+        flat = None
+        for arm, overrides in ARMS.items():
+            name = f"long-{arm}-s{seed}"
+            variant = write_space_variant(space, [f"sampler.seed={seed}", "confirm.repeats=0",
+                                                  *(o.format(flat=flat) for o in overrides)], name, work)
             run = search_and_export(variant, work, name, exclusive=True)
             client = connect(run.tracking_uri)
             rows = runs.trial_rows(client, runs.find_parent(client, name))
+            trained = sum(r.metrics.get(names.M_TRAIN_SECONDS, 0.0) for r in rows)
+            if flat is None:  # the halving search sets the flat arms' budget
+                flat = round(trained / len(rows), 2)
             best = next(r for r in runs.ranked(rows) if not r.baseline)
-            searches.append({"name": name, "seed": seed, "predict": predict, "wall_seconds": run.wall_seconds,
-                             "winner": best.trial_id, "objective": best.objective,
-                             "recipe": _recipe_yaml(client, best.run_id, spec)})
-            print(f"{name}: {run.wall_seconds:.0f} s, winner {best.trial_id}", flush=True)
+            budget = f"{flat:.2f}" if overrides else \
+                f"ASHA rungs {spec.asha.grace_seconds:g}-{spec.budget.max_train_seconds:g}"
+            searches.append({"name": name, "seed": seed, "arm": arm, "wall_seconds": run.wall_seconds,
+                             "train_seconds": trained, "trial_budget": budget,
+                             "winner": best.trial_id, "recipe": _recipe_yaml(client, best.run_id, spec)})
+            print(f"{name}: {run.wall_seconds:.0f} s wall, {trained:.1f} s of trials' train clock, winner "
+                  f"{best.trial_id}", flush=True)
     baseline = spec.recipe_for({}, baseline=True).model_copy(
         update={"max_train_seconds": spec.confirm.max_train_seconds or FULL_SECONDS})
     recipes = {"baseline": json.loads(baseline.model_dump_json(exclude_none=True))}
@@ -254,21 +273,38 @@ def payback_text(searches: list[dict], timed: dict, space: str, repeats: int) ->
     base = timed["baseline"]
     base_tta = median_tta([r["tta_seconds"] for r in base])
     base_wall = statistics.median(r["process_wall_seconds"] for r in base)
-    lines = [f"`{space}` searched {len(searches) // 2} times with predict and without (confirmation off: "
-             f"exploration only), then the baseline and each winner trained to the real target in fresh "
-             f"`autospeed train` processes, interleaved, {repeats} each. One baseline run = its median process wall "
-             f"({base_wall:.1f} s, start to exit; median TTA {base_tta:.1f} s on the train clock).", "",
-             "| search | exploration wall | in baseline runs | winner | winner median TTA (min-max) | speed-up |",
-             "|---|---|---|---|---|---|"]
+    seeds = sorted({s["seed"] for s in searches})
+    lines = [f"`{space}` searched at {len(seeds)} sampler seeds by each arm (confirmation off: exploration only): "
+             "`halving`, the space as it is (ASHA from its cut, ranked by the censored objective); `flat`, ASHA off "
+             "and every trial the same budget, the halving search's trial train seconds / its trials (equal compute "
+             "on the train clock, seed by seed), ranked by the metric at that horizon; `predict`, the same flat "
+             "budget ranked by horizon.py's predicted TTA (the previous long.yaml). Then the baseline and each "
+             f"winner trained to the real target in fresh `autospeed train` processes, interleaved, {repeats} each. "
+             f"One baseline run = its median process wall ({base_wall:.1f} s, start to exit) or its median TTA "
+             f"({base_tta:.1f} s on the train clock).", "",
+             "| seed | arm | trial budget s | trials' train clock s (baseline runs) | exploration wall s (baseline "
+             "runs) | winner | winner median TTA (min-max) | speed-up |",
+             "|---|---|---|---|---|---|---|---|"]
+    speed: dict[tuple[int, str], float | None] = {}
     for s in searches:
         med, lo, hi, _ = describe_runs(timed[s["name"]])
         tta = median_tta([r["tta_seconds"] for r in timed[s["name"]]])
-        speed = f"{base_tta / tta:.2f}x" if tta and base_tta else "missed"
-        lines.append(f"| {s['name']} | {s['wall_seconds']:.0f} s | {s['wall_seconds'] / base_wall:.2f} | "
-                     f"{s['winner']} | {med} ({lo}-{hi}) | {speed} |")
+        speed[s["seed"], s["arm"]] = base_tta / tta if tta and base_tta else None
+        shown_speed = f"{speed[s['seed'], s['arm']]:.2f}x" if speed[s["seed"], s["arm"]] else "missed"
+        lines.append(f"| {s['seed']} | {s['arm']} | {s['trial_budget']} | {s['train_seconds']:.1f} "
+                     f"({s['train_seconds'] / base_tta:.2f}) | {s['wall_seconds']:.0f} "
+                     f"({s['wall_seconds'] / base_wall:.2f}) | {s['winner']} | {med} ({lo}-{hi}) | "
+                     f"{shown_speed} |")
     med, lo, hi, every = describe_runs(base)
-    lines += ["", f"Baseline: median {med} s ({lo}-{hi}); every run: {every}."]
-    return results_header("Long jobs (b): payback of a search that ranks by predicted TTA") + "\n".join(lines) + "\n"
+    lines += ["", f"Baseline: median {med} s ({lo}-{hi}); every run: {every}.", ""]
+    at_3x = sum(1 for seed in seeds if (speed.get((seed, "halving")) or 0) >= 3.0)
+    not_worse = sum(1 for seed in seeds if (speed.get((seed, "halving")) or 0) >= (speed.get((seed, "flat")) or 0))
+    lines.append(f"Goal (issue 43, E5): the new method at least 3x in 4 of 5 seeds: {at_3x} of {len(seeds)} "
+                 f"({'met' if at_3x >= 4 and len(seeds) >= 5 else 'not met'}); never worse than the metric at equal "
+                 f"horizon on the same seed (speed-up at least the flat arm's): {not_worse} of {len(seeds)} "
+                 f"({'met' if not_worse == len(seeds) else 'not met'}).")
+    return results_header("Long jobs (b): payback of halving from the cut against the flat search and the "
+                          "predictor, at equal compute") + "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -281,7 +317,7 @@ def main() -> None:
                         "experiments/results/long_job_curves_tuning.json, tuned the predictor: "
                         "reported figures use others)")
     parser.add_argument("--full-seconds", type=float, default=FULL_SECONDS)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="payback: sampler seeds")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="payback: sampler seeds")
     parser.add_argument("--repeats", type=int, default=5, help="payback: fresh-process runs per recipe")
     parser.add_argument("--curves", default=f"{RESULTS}/long_job_curves.json")
     parser.add_argument("--out", default=None)
