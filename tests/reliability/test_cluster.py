@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -81,13 +82,27 @@ def _kill_sessions(sids: list[int]) -> None:
         return found
 
     # SIGKILL: all go at once (Ray's gcs_server does not leave within 15 s of a SIGTERM, and nothing here needs a
-    # clean exit: the cluster's files go with its temp dirs); the 15 s only guard against a hang
+    # clean exit: the cluster's files go with its temp dirs). Each is waited on through a pidfd, which becomes
+    # readable when the process has ended (opened before the kill: no other process can take its pid meanwhile);
+    # the 15 s only guard against a hang.
+    fds = []
     for pid in ours():
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+            fds.append(os.pidfd_open(pid))
+            signal.pidfd_send_signal(fds[-1], signal.SIGKILL)
+    ended = select.poll()
+    for fd in fds:
+        ended.register(fd, select.POLLIN)
     deadline = time.monotonic() + 15
-    while ours() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    try:
+        while fds and time.monotonic() < deadline:
+            for fd, _ in ended.poll(max(0, 1000 * (deadline - time.monotonic()))):
+                ended.unregister(fd)
+                fds.remove(fd)
+                os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 @dataclass
