@@ -186,22 +186,29 @@ def from_cut(order: Sequence[int], plans: dict[str, list[tuple[float, int]]],
     return out, cost
 
 
-def asha_horizon(order: list[int], row_at, horizons: list[float], score, target: float, cap: float) -> list[int]:
-    """The trials `order` after ASHA's rule from the cut (_long_job_arms.asha_rungs on `horizons`), ranked by
-    autospeed/horizon.py each at its own last horizon, pooling the exponents in the search's order: the product with
-    predict on. `row_at(i, h)`: trial i's row cut at h."""
+def at_horizon(row: dict, h: float, pool: list[float | None], target: float, cap: float):
+    """A trial cut at `h` as autospeed/horizon.py sees it: (the samples it reached the target at, else None;
+    horizon.py's (score, prediction) pooling `pool` with the trial's own exponent, None where it reached; that
+    exponent)."""
     import long_job_ranking as ranking
 
     from autospeed import horizon
 
+    hit = ranking.reached_seconds(ranking.cut_points(row, h), target)
+    cut = ranking.horizon_cut(row, h, target)
+    scored = None if hit is not None else horizon.score(cut, horizon.pooled([*pool, cut.exponent]), cap)
+    return hit, scored, cut.exponent
+
+
+def asha_horizon(order: list[int], row_at, horizons: list[float], score, target: float, cap: float) -> list[int]:
+    """The trials `order` after ASHA's rule from the cut (_long_job_arms.asha_rungs on `horizons`), ranked by
+    autospeed/horizon.py each at its own last horizon (at_horizon), pooling the exponents in the search's order: the
+    product with predict on. `row_at(i, h)`: trial i's row cut at h."""
     last, out, pool = asha_rungs(order, horizons, 3, score), {}, []
     for i in order:
-        h = horizons[last[i]]
-        row = row_at(i, h)
-        hit = ranking.reached_seconds(ranking.cut_points(row, h), target)
-        cut = ranking.horizon_cut(row, h, target)
-        out[i] = hit if hit is not None else horizon.score(cut, horizon.pooled([*pool, cut.exponent]), cap)[0]
-        pool.append(cut.exponent)
+        hit, scored, exponent = at_horizon(row_at(i, horizons[last[i]]), horizons[last[i]], pool, target, cap)
+        out[i] = hit if hit is not None else scored[0]
+        pool.append(exponent)
     return sorted(order, key=out.__getitem__)
 
 

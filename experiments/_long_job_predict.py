@@ -46,15 +46,10 @@ def last_rungs(arm: str, order: Sequence[int], plan: Sequence[tuple[float, int]]
 def predict(row: dict, rung: float, pool: list[float | None], target: float, cap: float):
     """(samples, low, high) from horizon.py for a trial cut at `rung` pooling `pool` with its own exponent (None:
     no prediction); the samples it reached at where its trial reached the target (a measurement)."""
-    import long_job_ranking as ranking
-
-    from autospeed import horizon
-
-    hit = ranking.reached_seconds(ranking.cut_points(row, rung), target)
+    hit, scored, _ = arms.at_horizon(row, rung, pool, target, cap)
     if hit is not None:
         return hit, hit, hit
-    cut = ranking.horizon_cut(row, rung, target)
-    p = horizon.score(cut, horizon.pooled([*pool, cut.exponent]), cap)[1]
+    p = scored[1]
     return (p.seconds, p.low_seconds, p.high_seconds) if p.ok else None
 
 
