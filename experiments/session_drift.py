@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.runs < 2 or args.sessions < 2:
-        raise SystemExit("--runs and --sessions must be at least 2 (a spread inside and between sessions)")
+        ap.error("--runs and --sessions must be at least 2 (a spread inside and between sessions)")
     print(provenance("cpu", end=False), flush=True)
     work = Path(tempfile.mkdtemp(prefix="autospeed-session-drift-"))
     config = work / "recipe.yaml"
