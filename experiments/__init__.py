@@ -302,7 +302,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               _r("--part", "analysis", writes=("long_job_bench.md",),
                  measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py",
                            "experiments/_long_job_arms.py", "experiments/_long_job_report.py",
-                           "experiments/_long_job_predict.py"))),
+                           "experiments/_long_job_predict.py", "experiments/_long_job_plateau.py"))),
         # a tiny real run of both parts: 3 recipes, 2 seeds, 3 epochs of 3,200 samples, targets a few reach
         quick=("--part", "all", "--recipes", "3", "--seeds", "2", "--epochs", "3", "--num-samples", "4000",
                "--targets", "0.3", "0.25", "--stop", "0.3", "--searches", "20",

@@ -274,7 +274,8 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
            "lost_first": _mean(grew["lost_first"]), "lost_flat": _mean(grew["lost_flat"]),
            "loo": arms.leave_one_out(truth, fixed["metric"], at, cplans["halving from cut to 9c"], size,
                                      max(searches // 4, 1), seed),
-           "prediction": prediction.condition(truth, draws, cplans["halving from cut to 9c"], at, row_at, target, cap)}
+           "prediction": prediction.condition(truth, draws, cplans["halving from cut to 9c"], at, row_at, target, cap,
+                                              np.array([[samples_to(c, target) for c in r["full"]] for r in recipes]))}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged (a grown arm: its rank over all)
         scores = []
         for s in range(seeds):
