@@ -220,6 +220,9 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             cache[s, i, h] = trial_row(recipes[i], s, h)
         return cache[s, i, h]
 
+    def per_seed_at(t: float) -> np.ndarray:  # [recipe][seed] samples to target t
+        return np.array([[samples_to(c, t) for c in r["full"]] for r in recipes])
+
     draws = arms.searches(n, size, seeds, searches, seed)  # the same searches for every arm and the predictions
     per = {a: {"miss": [], "regret": [], "top3": [], "wins": 0, "losses": 0, "other": [], "spent": []} for a in ARMS}
     grew = {"leaders": [], "trend": [], "best_lr": [], "lost_first": [], "lost_flat": []}
@@ -275,7 +278,7 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
            "loo": arms.leave_one_out(truth, fixed["metric"], at, cplans["halving from cut to 9c"], size,
                                      max(searches // 4, 1), seed),
            "prediction": prediction.condition(truth, draws, cplans["halving from cut to 9c"], at, row_at, target, cap,
-                                              np.array([[samples_to(c, target) for c in r["full"]] for r in recipes]))}
+                                              per_seed_at)}
     for a in ARMS:  # over all recipes, each trial's seed in turn, averaged (a grown arm: its rank over all)
         scores = []
         for s in range(seeds):

@@ -46,3 +46,16 @@ def test_the_seed_band_leaves_the_winners_recipe_out():
     without = plateau.seed_band(per_seed, 0)  # recipe 0 left out; recipe 3 never has every seed reach
     assert with_spread[1] > 0.5 and without[1] < 0.2 and with_spread[0] == -with_spread[1]
     assert plateau.seed_band(per_seed[:1], 0) == (0.0, 0.0)
+
+
+def test_the_moved_target_check_projects_the_same_fit_to_each_moved_targets_truth():
+    import _long_job_predict as prediction
+
+    def crossing(t: float) -> float:  # 0.02 + 50 / s = 1 - t
+        return 50 / (1 - t - 0.02)
+
+    picks = [{"recipe": 0, "seed": 0, "rung": 2000, "truth": crossing(0.97)}]
+    by = prediction.moved(picks, lambda s, i, h: floored_row(), 0.97, 1e6,
+                          lambda t: np.array([[crossing(t)] * 3, [1.0, 1.0, 1.0]]))
+    assert sorted(by) == sorted(plateau.SHIFTS)
+    assert all(c["reach"] == 1 and c["error"] < 0.02 for c in by.values())  # 2500 samples at 0.96 ... 10000 at 0.975
