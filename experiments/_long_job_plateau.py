@@ -83,6 +83,18 @@ def seed_band(per_seed: np.ndarray, recipe: int) -> tuple[float, float]:
     return -w, w
 
 
+def floors(cuts: Sequence[tuple[dict, float]], target: float) -> dict[str, int]:
+    """How many of the distinct picks `cuts` (a row cut at its rung, the rung) 'plateau, own' fitted a floor of 0 (a
+    power law to the bound), one at or above the target's error (no crossing), one between, and too few evaluations
+    for."""
+    out = {"zero": 0, "above": 0, "between": 0, "none": 0}
+    for row, rung in cuts:
+        tail = errors(row, rung, TAIL_FROM * rung)
+        floor = fit([tail])[0] if len(tail) >= MIN_POINTS else None
+        out["none" if floor is None else "zero" if floor < 1e-4 else "above" if floor >= 1 - target else "between"] += 1
+    return out
+
+
 def best_error(row: dict, h: float) -> float:
     return min(e for _, e in errors(row, h))
 
@@ -154,7 +166,7 @@ def reading(results: list[dict], met_goal, goals: dict[int, float]) -> list[str]
 
 def moved_text(r: dict, goal: float) -> str:
     """'plateau, own' at one row, the same fits projected to targets moved by SHIFTS (halving's first pick)."""
-    by = r["prediction"]["moved"]["halving from cut to 9c"]
+    by, f = r["prediction"]["moved"]["halving from cut to 9c"], r["prediction"]["floors"]["halving from cut to 9c"]
     met = [s for s, c in by.items() if c["error"] <= goal and 0.7 <= c["coverage"] <= 0.9]
     return (f"- **The same fits, the target moved** ('plateau, own', halving's first pick, fitted to the curves as the "
             f"search at {r['target']} and {r['ratio']}x trained them, projected to a nearby target, the truth that "
@@ -163,6 +175,9 @@ def moved_text(r: dict, goal: float) -> str:
                 f"{c['given'] / max(c['reach'], 1):.0%}" for s, c in by.items())
             + f". Both figures hold at {len(met)} of {len(by)} targets"
             + (": " + ", ".join(f"{r['target'] + s:.4g}" for s in met) if met else "")
-            + (". What moves the prediction is the floor fitted to the few evaluations in the later half of a 9-cut "
-               "rung, not a floor the curves show: a goal met at some targets of the same curves and not at others is "
-               "not a prediction the product can show." if len(met) < len(by) else "."))
+            + ". Of its {distinct} distinct (recipe, seed) first picks, {zero} fitted a floor of 0 (a power law to "
+            "the bound), {above} one at or above the target's error (no crossing: no prediction), {between} one "
+            "between, {none} too few evaluations".format(distinct=sum(f.values()), **f)
+            + (": the floor is fitted to the few evaluations in the later half of a 9-cut rung, where the curves are "
+               "not yet near it, and a goal met at some targets of the same curves and not at others is not a "
+               "prediction the product can show." if len(met) < len(by) else "."))

@@ -103,7 +103,10 @@ def condition(truth: np.ndarray, draws: Iterable[tuple[list[int], list[int]]], p
                                        [(i, picked[i]) for i in order if i != w and last[i] == last[w]])})
     return {"arms": {a: {k: stats(rows, k) for k in PREDICTORS} for a, rows in picks.items()},
             "why": {a: exponents_of(rows) for a, rows in picks.items()},
-            "moved": {a: moved(rows, row_at, target, cap, per_seed_at) for a, rows in picks.items()}}
+            "moved": {a: moved(rows, row_at, target, cap, per_seed_at) for a, rows in picks.items()},
+            "floors": {a: plateau.floors([(row_at(s, i, h), h) for i, s, h in {(p["recipe"], p["seed"], p["rung"])
+                                                                               for p in rows}], target)
+                       for a, rows in picks.items()}}
 
 
 def moved(picks: list[dict], row_at: Callable[[int, int, float], dict], target: float, cap: float,
