@@ -86,6 +86,7 @@ def condition(truth: np.ndarray, draws: Iterable[tuple[list[int], list[int]]], p
         return flattening[key]
 
     picks: dict[str, list[dict]] = {a: [] for a in PICK_ARMS}
+    own = per_seed_at(target)  # each trial's own seed's samples to target: the bound "seeds" below
     for order, picked in draws:
         if not np.isfinite(truth[order]).any():
             continue  # long_job_bench.py leaves such a search out
@@ -99,10 +100,13 @@ def condition(truth: np.ndarray, draws: Iterable[tuple[list[int], list[int]]], p
                              "horizon.py": predict(row, last[w], before, target, cap),
                              "horizon.py, same rung": predict(row, last[w], rung, target, cap),
                              "own power law": predict(row, last[w], [], target, cap),
+                             "own seed": (own[w][picked[w]],) * 3 if np.isfinite(own[w][picked[w]]) else None,
                              **flatten(w, picked[w], last[w],
                                        [(i, picked[i]) for i in order if i != w and last[i] == last[w]])})
     return {"arms": {a: {k: stats(rows, k) for k in PREDICTORS} for a, rows in picks.items()},
             "why": {a: exponents_of(rows) for a, rows in picks.items()},
+            # a predictor exact for the trial's own seed (its samples to target): what the seeds' spread alone leaves
+            "seeds": {a: stats(rows, "own seed") for a, rows in picks.items()},
             "moved": {a: moved(rows, row_at, target, cap, per_seed_at) for a, rows in picks.items()},
             "floors": {a: plateau.floors([(row_at(s, i, h), h) for i, s, h in {(p["recipe"], p["seed"], p["rung"])
                                                                                for p in rows}], target)
