@@ -17,6 +17,7 @@ from typing import Any
 from autospeed import _ray
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.script.options import is_script
+from autospeed.search import rung_trend
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import all_finished, counted
 from autospeed.search.resume import resume_state, same_script
@@ -299,6 +300,8 @@ def _finish(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome, ex
         outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
     _delivered(spec, session, outcome.interrupted)  # what follows reads the store
     _report_exploration(spec, session, explored_seconds)
+    if ranked and not outcome.interrupted:  # where the best lr / batch size moved over ASHA's rungs
+        rung_trend.report(spec, session, outcome.rows)
     if ranked:
         try:
             outcome.best_path = _write_best(session, spec.name)
