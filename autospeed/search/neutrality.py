@@ -19,8 +19,10 @@ order means a neutral knob's trace differs only by floating-point rounding (0 to
 experiments/results/neutrality.md), while a changed update (another learning rate, label smoothing) drifts from
 the first windows on; a band from one pair of seeds is itself noisy, which `band_fraction` can allow for.
 
-This module trains (torch only, through the trainer): no Ray, Optuna or MLflow. search/probe.py runs it as a Ray
-task with the trial's resources and records what it found.
+This module trains (torch only, through the trainer): no Ray, Optuna or MLflow. `compare` takes any trace, so a
+user's script is checked through its own loop (search/probe_script.py), with a repeat of its baseline: autospeed
+does not build a script's data order, so the check first shows that the seed fixes it. search/probe.py runs the
+check as a Ray task with the trial's resources and records what it found.
 """
 
 from __future__ import annotations

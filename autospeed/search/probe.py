@@ -50,9 +50,10 @@ then predicted as the default's over its speed-up, the timing noise as the inter
 Off, the knobs are assumed neutral, as before.
 
 What to probe and how to decide are search/probe_decide.py's (pure functions over Probe records);
-this module runs the stage. Where probes run: `run_probes` runs `probe_stage` with one Ray task per
-(configuration, round) with the trial's resources, so they land on the hardware trials use, also on
-a cluster whose driver has no GPU; `probe_stage` takes any `measure(config, round)`
+this module runs the stage. A user's script is probed and checked through its own loop, a run of the script per
+probe and per trace (search/probe_script.py); the decision is the same. Where probes run: `run_probes` runs
+`probe_stage` with one Ray task per (configuration, round) with the trial's resources, so they land on the
+hardware trials use, also on a cluster whose driver has no GPU; `probe_stage` takes any `measure(config, round)`
 (experiments/probe_stability.py calls `probe_config` in-process, without Ray). Each (configuration,
 maths combination, batch size) is an MLflow child run with `autospeed.kind=probe` (its samples/s the
 median over the rounds); the parent records the fix, the margin behind it (tag
