@@ -25,6 +25,9 @@ import torch
 
 from autospeed.script import channel
 
+NEVER_STEPPED = ("autospeed: the script's loop never called ctx.step(), so its optimizer steps cannot be counted or "
+                 "timed; call ctx.step(opt) where it steps its optimizer")
+
 
 class Measure:
     """What a measured run sends (module docstring); one per context, None for every other run."""
@@ -57,7 +60,7 @@ class Measure:
         """At each micro-batch: a second step's worth of micro-batches and still no optimizer step means the loop
         never calls ctx.step(), which counts the steps measured."""
         if ctx.step_count == 0 and ctx._stepper_for().micro_batches > ctx.config.accumulation_steps:
-            raise RuntimeError(never_stepped(ctx.config.accumulation_steps))
+            raise RuntimeError(NEVER_STEPPED)
 
     def stepped(self, ctx) -> None:
         """After each optimizer step: at a mark, the clock and the loss go to the runner; at the last, the run ends."""
@@ -79,13 +82,8 @@ class Measure:
     def ended_early(self, steps: int) -> str:
         """The error of a measured run whose script ended before the last mark."""
         if steps == 0:
-            return never_stepped(None)
+            return NEVER_STEPPED
         return (f"the script ended after {steps} optimizer steps, before the {self.last} this measurement needs "
                 f"(its own step count or data ran out: give it more steps, or lower probe.warmup_steps + "
                 f"probe.steps / probe.neutrality.steps)")
 
-
-def never_stepped(accumulation_steps: int | None) -> str:
-    seen = f" after {accumulation_steps} micro-batches" if accumulation_steps else ""
-    return (f"autospeed: the script's loop never called ctx.step(){seen}, so its optimizer steps cannot be counted "
-            f"or timed; call ctx.step(opt) where it steps its optimizer")

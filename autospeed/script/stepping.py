@@ -111,7 +111,7 @@ class Stepping:
         if len(source) == 0:  # drop_last with fewer samples than a batch: no epoch would ever take a step
             size = getattr(source, "batch_size", None)
             raise RuntimeError(f"autospeed: the training loader gives no batch: its batch_size {size} exceeds its "
-                               f"{_samples(source)} samples; lower batch_size")
+                               f"{_samples(source)}; lower batch_size")
         per_epoch = max(1, len(source) // k)
         if self.steps_per_epoch is None or source is not self._train_loader:
             self.steps_per_epoch = per_epoch
@@ -352,10 +352,11 @@ class Stepping:
 
 
 def _samples(loader) -> str:
+    """'512 samples', or 'samples' where the dataset has no length."""
     try:
-        return str(len(loader.dataset))
-    except TypeError:  # an iterable dataset
-        return "fewer"
+        return f"{len(loader.dataset)} samples"
+    except TypeError:
+        return "samples"
 
 
 def _as_list(x) -> list:
