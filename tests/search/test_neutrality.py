@@ -117,7 +117,7 @@ def test_a_baseline_that_differs_from_itself_at_one_seed_leaves_every_change_unc
     tests/script/test_script_probe.py): the baseline's repeat at seed 0 differs by 0.77 of the band between two
     seeds, more than REPEAT_LIMIT of the limit, so its data order does not follow the seed; the change is not
     trained, and says so."""
-    traces = iter([[2.0, 1.0], [2.0, 1.2], [2.0, 1.15]])  # seed 0, seed 1, seed 0 again
+    traces = iter([[2.0, 1.0], [2.0, 1.2], [2.0, 1.15], [2.0, 1.0]])  # seed 0, seed 1, seed 0 again; the change
     seeds = []
 
     def trace(recipe: Recipe):
