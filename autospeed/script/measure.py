@@ -8,8 +8,8 @@ ctx.backward over the steps since the previous mark); the run ends at the last m
 and the process exits, as the preflight does after its first step). In a measured run the script's own evaluations
 are not asked for (`ctx.should_eval()` is False) and its reports are not sent: its evaluation may cost more than
 the steps timed. The loss is summed on the device and read once per mark: a run that is not measured keeps no
-loss and adds no sync. A loop that never calls ctx.step() cannot be measured: its second micro-batch without a
-step, or its end before the last mark, is the run's error, said in one line.
+loss and adds no sync. A loop that never calls ctx.step() cannot be measured: its 65th micro-batch without a step
+(MICRO_BATCHES_PER_STEP_AT_MOST), or its end before the last mark, is the run's error, said in one line.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ import torch
 
 from autospeed.script import channel
 
+# a loop that accumulates on its own (not through ctx.config.accumulation_steps, 1 in a probe) calls ctx.step() after
+# its own count of micro-batches: up to this many pass before a measured run says that it never calls it
+MICRO_BATCHES_PER_STEP_AT_MOST = 64
 NEVER_STEPPED = ("autospeed: the script's loop never called ctx.step(), so its optimizer steps cannot be counted or "
                  "timed; call ctx.step(opt) where it steps its optimizer")
 
@@ -57,9 +60,10 @@ class Measure:
         self._count += 1
 
     def check_stepping(self, ctx) -> None:
-        """At each micro-batch: a second step's worth of micro-batches and still no optimizer step means the loop
-        never calls ctx.step(), which counts the steps measured."""
-        if ctx.step_count == 0 and ctx._stepper_for().micro_batches > ctx.config.accumulation_steps:
+        """At each micro-batch: more micro-batches than any one step takes and still no optimizer step means the
+        loop never calls ctx.step(), which counts the steps measured."""
+        most = max(MICRO_BATCHES_PER_STEP_AT_MOST, ctx.config.accumulation_steps)
+        if ctx.step_count == 0 and ctx._stepper_for().micro_batches > most:
             raise RuntimeError(NEVER_STEPPED)
 
     def stepped(self, ctx) -> None:

@@ -46,8 +46,8 @@ def test_a_probe_runs_the_scripts_own_loop_for_its_steps_with_the_knobs_a_trial_
 
 
 def test_a_script_whose_loop_never_calls_ctx_step_gets_a_probe_error_naming_the_fix(tiny_script):
-    """The script steps its optimizer itself: the probe cannot count its steps, and says so at its second batch
-    (not after its whole run)."""
+    """The script steps its optimizer itself: the probe cannot count its steps, and says so within its first 65
+    batches (not after its whole run, nor at its budget)."""
     [probe] = [p.Probe(**d) for d in p.probe_config(_spec_json(tiny_script, ["--own-step"]), {}, 1, 0)]
     assert probe.status == "failed" and probe.samples_per_second is None
     assert "the script's loop never called ctx.step(), so its optimizer steps cannot be" in probe.error, probe.error
