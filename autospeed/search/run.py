@@ -331,10 +331,6 @@ def _probed(spec: SearchSpec, session: SearchSession, resources: dict[str, float
               f"{spec.most_workers()[0]} workers); their systems knobs are left to the trials", file=console,
               flush=True)
         return spec
-    if is_script(spec.workload):  # the probe times steps of a built-in workload's loop, which a script owns
-        print("probe: skipped for a script (it owns its training step); its systems knobs are left to the trials",
-              file=console, flush=True)
-        return spec
     decision = run_probes(spec, session, resources, threads)
     search_dir.write_state({**state, PROBED_SPACE: decision.spec.model_dump(mode="json")["space"]})
     return decision.spec
