@@ -300,7 +300,7 @@ def _finish(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome, ex
         outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
     _delivered(spec, session, outcome.interrupted)  # what follows reads the store
     _report_exploration(spec, session, explored_seconds)
-    if ranked and not outcome.interrupted:  # where the best lr / batch size moved over ASHA's rungs
+    if not (outcome.interrupted or outcome.stop_reason):  # where the best lr / batch size moved, reached or not
         rung_trend.report(spec, session, outcome.rows)
     if ranked:
         try:
