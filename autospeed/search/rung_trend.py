@@ -59,7 +59,10 @@ class Trend:
             values = ", ".join(f"{_fmt(r[knob])} at {r['seconds']:g} s" for r in self.rungs if knob in r)
             only = f" ({self.optimizer} trials)" if knob == "lr" and self.optimizer else ""
             said = f"  {knob}{only}: short trials preferred {values}"
-            if t.get("at_job") is not None:
+            if t["slope"] == 0:
+                same = next(r[knob] for r in self.rungs if knob in r)
+                said = f"  {knob}{only}: {_fmt(same)} at every rung (no trend)"
+            elif t.get("at_job") is not None:
                 said += (f"; at the job's length, {self.job_seconds:.2f} s ({self.job_what}), the trend says "
                          f"~{_fmt(t['at_job'])} (a prediction from {t['over']} rungs, not measured)")
             out.append(said)
@@ -123,9 +126,9 @@ def trend(trials: Sequence[Trial], rungs: Sequence[float], mode: str, knobs: Seq
                 points.append((math.log(h), math.log(v)))
         if len(points) < 2:
             continue
-        slope = _slope(points)
+        slope = _slope(points) if len({y for _, y in points}) > 1 else 0.0  # one value at every rung: no trend
         said = {"slope": slope, "over": len(points), "at_job": None}
-        if job_seconds:
+        if job_seconds and slope != 0:
             mx = sum(x for x, _ in points) / len(points)
             my = sum(y for _, y in points) / len(points)
             said["at_job"] = math.exp(my + slope * (math.log(job_seconds) - mx))

@@ -27,11 +27,12 @@ def test_each_rungs_leader_gives_the_knob_there_and_the_line_through_them_is_ext
         [(1, 4, "a", 0.4), (3, 3, "b", 0.2), (9, 3, "c", 0.1)]
     assert found.knobs["lr"]["slope"] == pytest.approx(math.log(0.5) / math.log(3))
     assert found.knobs["lr"]["at_job"] == pytest.approx(0.05)  # halved per 3x, once more from 9 s to 27 s
-    assert found.knobs["batch_size"]["at_job"] == pytest.approx(128)
+    assert found.knobs["batch_size"] == {"slope": 0.0, "over": 3, "at_job": None}  # one value at every rung
     text = "\n".join(found.lines())
     assert "lr: short trials preferred 0.4 at 1 s, 0.2 at 3 s, 0.1 at 9 s" in text
     assert "at the job's length, 27.00 s (the winner's TTA), the trend says ~0.05 (a prediction from 3 rungs, " \
            "not measured)" in text
+    assert "batch_size: 128 at every rung (no trend)" in text
 
 
 def test_a_trial_that_reached_the_target_leads_every_rung_past_its_tta():
