@@ -185,6 +185,8 @@ def stage_search(a, size) -> dict:
     with (a.work / "logs" / "autospeed_search.log").open("w") as f:  # as it goes: a search cut short keeps it
         code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - start
+    if (folder / "mlflow.db").exists():  # into logs.tgz: a failed trial's error, every run's metrics, read back here
+        shutil.copy(folder / "mlflow.db", a.work / "logs" / "search_mlflow.db")
     said = (a.work / "logs" / "autospeed_search.log").read_text()
     best = folder / f"{NAME}_best.yaml"
     export = subprocess.run([sys.executable, "-m", "autospeed", "export", "--name", NAME, "--tracking-uri", uri,

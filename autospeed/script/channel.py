@@ -8,6 +8,9 @@ its own defaults (no autospeed around it).
     that asks for one, reads one reply line from the second;
   * CLOCK_OFFSET: train-clock seconds earlier attempts of the run spent (out of memory, `auto` micro-batch);
   * PREFLIGHT: set for the search's preflight run, which ends after the first optimizer step;
+  * MEASURE: a probe's or a maths-neutrality check's run (JSON: `marks`, the optimizer steps at which the clock
+    is sent as an `eval` event with no metrics, and `loss`, whether it carries the mean train loss since the
+    previous mark); the run ends at the last mark (autospeed.script.measure);
   * LAYERS: the preflight's recipe keys (JSON) that go over the script's own `defaults` (its RECIPE is the
     same without them): the search learns the defaults from the reply to `preflight`;
   * WORKDIR: the folder the search was started from, where a Ray trial starts the script (Ray moves the
@@ -36,13 +39,15 @@ REPORT_FD = "AUTOSPEED_REPORT_FD"
 REPLY_FD = "AUTOSPEED_REPLY_FD"
 CLOCK_OFFSET = "AUTOSPEED_CLOCK_OFFSET"
 PREFLIGHT = "AUTOSPEED_PREFLIGHT"
+MEASURE = "AUTOSPEED_MEASURE"
 LAYERS = "AUTOSPEED_RECIPE_LAYERS"
 WORKDIR = "AUTOSPEED_WORKDIR"
 # seconds from the runner's wall-clock origin (autospeed train's process start, or train() entry in a trial) to
 # the script's launch, and that origin's name: the script's wall to target counts from there
 WALL_BEFORE = "AUTOSPEED_WALL_BEFORE_SECONDS"
 WALL_ORIGIN = "AUTOSPEED_WALL_ORIGIN"
-ENV_KEYS = (RECIPE, MICRO_BATCH, REPORT_FD, REPLY_FD, CLOCK_OFFSET, PREFLIGHT, LAYERS, WALL_BEFORE, WALL_ORIGIN)
+ENV_KEYS = (RECIPE, MICRO_BATCH, REPORT_FD, REPLY_FD, CLOCK_OFFSET, PREFLIGHT, MEASURE, LAYERS, WALL_BEFORE,
+            WALL_ORIGIN)
 
 
 class ScriptSide:

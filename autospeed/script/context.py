@@ -40,6 +40,7 @@ import torch
 from autospeed.recipe import Recipe
 from autospeed.script import channel
 from autospeed.script.knob_view import KnobView
+from autospeed.script.measure import Measure
 from autospeed.script.options import SCRIPT
 from autospeed.script.prepared import (
     PreparedModel,
@@ -97,7 +98,7 @@ class Context(Stepping, Reporting):
         self._effective = effective_batch(recipe)  # samples per optimizer step, all workers
         self.read: set[str] = set()
         self.config = KnobView(self._trained, self.read)  # the knobs: read them here for what no helper does
-        self.side, self.preflight = side, preflight
+        self.side, self.preflight, self.measure = side, preflight, Measure.from_env()  # measure: probe, loss trace
         threads = os.environ.get("AUTOSPEED_THREADS")
         if threads:
             torch.set_num_threads(int(threads))

@@ -86,6 +86,8 @@ class Reporting:
         target in its defaults, any metrics will do and only the schedule's end stops."""
         if self.clock.running:
             self.clock.stop()
+        if self.measure is not None:  # a probe or a loss trace: its marks are its events (autospeed.script.measure)
+            return Report(False)
         if self.replicas is not None:
             metrics = self.replicas.from_leader(metrics)
         target = self.recipe.resolved_target
@@ -125,6 +127,8 @@ class Reporting:
         self.finished = True
         if self.clock.running:
             self.clock.stop()
+        if status is None and self.measure is not None and self.step_count < self.measure.last:
+            status, error = Status.FAILED, self.measure.ended_early(self.step_count)
         if status is not None:
             self.record.status, self.record.error = status, error
         if self.is_main:

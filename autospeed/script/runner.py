@@ -48,8 +48,9 @@ _EOF = object()
 
 
 def train_script(recipe, on_eval: Callable[[EvalEvent], bool | None] | None = None, num_threads: int | None = None,
-                 preflight: bool = False) -> TrainResult:
-    """Train `recipe` (workload: script) by running its script; never raises for a run that goes wrong."""
+                 preflight: bool = False, measure: dict[str, Any] | None = None) -> TrainResult:
+    """Train `recipe` (workload: script) by running its script; never raises for a run that goes wrong. `measure`:
+    a probe's or a loss trace's marks (autospeed.script.measure), each an event to `on_eval`."""
     offset = 0.0
     # the wall clock's origin is this process's (autospeed train's start, or this call in a trial): the script's
     # start-up is inside its wall to target, as the CLI's own start-up is
@@ -57,7 +58,7 @@ def train_script(recipe, on_eval: Callable[[EvalEvent], bool | None] | None = No
     entry = time.perf_counter()
     for micro in micro_batch_sizes(recipe):
         wall = (before_entry_seconds + time.perf_counter() - entry, origin)
-        result = ScriptRun(recipe, micro, offset, num_threads, preflight, wall).run(on_eval)
+        result = ScriptRun(recipe, micro, offset, num_threads, preflight, wall, measure=measure).run(on_eval)
         result.micro_batch_retry_seconds = offset
         result.wall_seconds = time.perf_counter() - entry  # this call's, as train()'s: the script's start-up inside
         oom_in_step = result.status == Status.OOM and not result.applied.get("oom_in_evaluation")
@@ -81,9 +82,10 @@ class ScriptRun:
     """One attempt: the script's processes, the relay of their reports, and the result."""
 
     def __init__(self, recipe, micro: int, clock_offset: float, num_threads: int | None, preflight: bool,
-                 wall: tuple[float, str] | None = None, layers: dict[str, Any] | None = None):
+                 wall: tuple[float, str] | None = None, layers: dict[str, Any] | None = None,
+                 measure: dict[str, Any] | None = None):
         self.recipe, self.micro, self.offset = recipe, micro, clock_offset
-        self.layers = layers
+        self.layers, self.measure = layers, measure
         self.defaults: dict[str, Any] = {}  # what the script gave autospeed.init (its preflight says)
         self.reseeded: int | None = None  # the seed it gave torch after autospeed.init (its preflight says)
         self.result: TrainResult | None = None
@@ -110,6 +112,8 @@ class ScriptRun:
             env[channel.PREFLIGHT] = "1"
         if self.layers is not None:
             env[channel.LAYERS] = json.dumps(self.layers)
+        if self.measure is not None:
+            env[channel.MEASURE] = json.dumps(self.measure)
         if self.wall is not None:
             env[channel.WALL_BEFORE], env[channel.WALL_ORIGIN] = repr(self.wall[0]), self.wall[1]
         if self.threads:

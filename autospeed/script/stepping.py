@@ -57,6 +57,8 @@ class ScalerView:
 
     def scale(self, outputs):
         self._ctx._micro_batch()
+        if self._ctx.measure is not None:  # the loop divided it by its accumulation steps: the trace's mean undoes it
+            self._ctx.measure.add_loss(outputs * self._ctx.config.accumulation_steps)
         return self._ctx._stepper_for().scaler.scale(outputs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
@@ -106,6 +108,10 @@ class Stepping:
         if callable(source) and not hasattr(source, "__iter__"):  # a batch function: endless micro-batches
             yield from self._serve(iter(source, object()))
             return
+        if len(source) == 0:  # drop_last with fewer samples than a batch: no epoch would ever take a step
+            size = getattr(source, "batch_size", None)
+            raise RuntimeError(f"autospeed: the training loader gives no batch: its batch_size {size} exceeds its "
+                               f"{_samples(source)}; lower batch_size")
         per_epoch = max(1, len(source) // k)
         if self.steps_per_epoch is None or source is not self._train_loader:
             self.steps_per_epoch = per_epoch
@@ -148,6 +154,8 @@ class Stepping:
 
     def _next_micro(self, ddp) -> None:
         self.boundary = self._stepper_for().next_micro_batch(ddp)  # under DDP, a step's last all-reduces
+        if self.measure is not None:
+            self.measure.check_stepping(self)
 
     def _run_out(self) -> bool:
         total = self._total_steps_or_none()
@@ -196,6 +204,8 @@ class Stepping:
         """loss.backward() through the fp16 gradient scaler, as the mean over the step's micro-batches. With
         batches from neither ctx.steps nor ctx.accumulate, each call is one micro-batch."""
         self._micro_batch()
+        if self.measure is not None:  # a neutrality check's loss trace (autospeed.script.measure); else no sync
+            self.measure.add_loss(loss)
         self._stepper_for().backward(loss)
 
     def _micro_batch(self) -> None:
@@ -272,6 +282,8 @@ class Stepping:
         self._unscaled.clear()
         self.boundary = self._source == LOADER  # other sources: the next micro-batch begins with the next call
         self.record.stepped(self._effective, compiled=self.applied.get("compile", "none") != "none")
+        if self.measure is not None:  # a probe's or a loss trace's mark: the clock to the runner, the end at the last
+            self.measure.stepped(self)
         if self.step_count == 1 and self.preflight:  # every worker ends here: none waits in a collective for rank 0
             if self.side is not None:
                 self.side.ask("preflight", knobs_read=sorted(self.read), defaults=self.script_defaults,
@@ -292,8 +304,8 @@ class Stepping:
     def should_eval(self) -> bool:
         """True once per optimizer step that is due an evaluation (ask after ctx.step): every
         `eval_every_steps`, else every `eval_every_epochs`, and at the step where the budget or the schedule
-        runs out (so the run's last standing is reported)."""
-        if self.step_count == 0 or self._eval_checked_at == self.step_count:
+        runs out (so the run's last standing is reported). Never in a measured run (autospeed.script.measure)."""
+        if self.step_count == 0 or self._eval_checked_at == self.step_count or self.measure is not None:
             return False
         if self._source == LOADER and not self.boundary:
             return False
@@ -337,6 +349,14 @@ class Stepping:
         if isinstance(x, torch.Tensor) and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return type(batch)((x, *rest)) if isinstance(batch, tuple) else [x, *rest]
+
+
+def _samples(loader) -> str:
+    """'512 samples', or 'samples' where the dataset has no length."""
+    try:
+        return f"{len(loader.dataset)} samples"
+    except TypeError:
+        return "samples"
 
 
 def _as_list(x) -> list:

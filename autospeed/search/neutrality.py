@@ -19,20 +19,25 @@ order means a neutral knob's trace differs only by floating-point rounding (0 to
 experiments/results/neutrality.md), while a changed update (another learning rate, label smoothing) drifts from
 the first windows on; a band from one pair of seeds is itself noisy, which `band_fraction` can allow for.
 
-This module trains (torch only, through the trainer): no Ray, Optuna or MLflow. search/probe.py runs it as a Ray
-task with the trial's resources and records what it found.
+This module trains (torch only, through the trainer): no Ray, Optuna or MLflow. `compare` takes any trace, so a
+user's script is checked through its own loop (search/probe_script.py), with a repeat of its baseline: autospeed
+does not build a script's data order, so the check first shows that the seed fixes it. search/probe.py runs the
+check as a Ray task with the trial's resources and records what it found.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from autospeed.recipe import Recipe, Target
 
 # The trace ends by its steps alone: no train-clock budget cuts it short on a slow or busy machine.
 _NO_BUDGET_SECONDS = 1e9
+# Two runs at one seed may differ (non-deterministic kernels), by at most this part of the neutrality limit
+# (band_fraction x band): beyond it a neutral knob could fail by that noise alone, and the check cannot be trusted.
+REPEAT_LIMIT = 0.5
 
 
 @dataclass
@@ -88,11 +93,16 @@ def trace_recipe(recipe: Recipe, steps: int, window_steps: int, train_samples: i
     steps_per_epoch = train_samples // effective
     if steps_per_epoch < 1:
         raise ValueError(f"the effective batch {effective} exceeds the {train_samples} training samples")
+    return recipe.model_copy(update={
+        **never_target(recipe), "max_train_seconds": _NO_BUDGET_SECONDS,
+        "epochs": steps / steps_per_epoch, "eval_every_epochs": window_steps / steps_per_epoch})
+
+
+def never_target(recipe: Recipe) -> dict[str, Any]:
+    """The update that gives `recipe` a target on its metric it cannot meet: only its steps end it."""
     target = recipe.resolved_target
     never = Target(metric=target.metric, mode=target.mode, value=1e300 if target.mode == "max" else -1e300)
-    return recipe.model_copy(update={
-        "target": never, "target_accuracy": None, "max_train_seconds": _NO_BUDGET_SECONDS,
-        "epochs": steps / steps_per_epoch, "eval_every_epochs": window_steps / steps_per_epoch})
+    return {"target": never, "target_accuracy": None}
 
 
 def loss_trace(recipe: Recipe, workload, threads: int | None = None) -> tuple[list[float], str | None]:
@@ -108,22 +118,54 @@ def loss_trace(recipe: Recipe, workload, threads: int | None = None) -> tuple[li
 def check(baseline: Recipe, changes: list[dict[str, Any]], workload, *, steps: int, window_steps: int,
           band_fraction: float, train_samples: int, threads: int | None = None) -> list[Neutrality]:
     """Each change (knob -> value, applied to `baseline`) checked against the band of the baseline's two seeds:
-    2 + len(changes) traces of `steps` steps. The workload's validation set is only read (after each window), so a
-    tiny one costs nothing."""
+    2 + len(changes) traces of `steps` steps of the built-in trainer. The workload's validation set is only read
+    (after each window), so a tiny one costs nothing."""
     base = trace_recipe(baseline, steps, window_steps, train_samples)
-    reference, error = loss_trace(base, workload, threads)
+    return compare(base, changes, lambda recipe: loss_trace(recipe, workload, threads), steps=steps,
+                   band_fraction=band_fraction)
+
+
+def compare(base: Recipe, changes: list[dict[str, Any]], trace: Callable[[Recipe], tuple[list[float], str | None]],
+            *, steps: int, band_fraction: float, repeat: bool = False) -> list[Neutrality]:
+    """Each change to `base` checked against the band of its two seeds, `trace(recipe)` giving a run's loss trace
+    and its error. With `repeat` (a user's script, whose data order autospeed does not build), the base is traced
+    again at its seed first: where that repeat differs by more than REPEAT_LIMIT of the limit, or the two seeds do
+    not differ at all, the seed does not fix the run, and no change is checked (each says why)."""
+    reference, error = trace(base)
     if error is not None:
         raise RuntimeError(f"the neutrality check's baseline run failed: {error}")
-    other, error = loss_trace(base.model_copy(update={"seed": base.seed + 1}), workload, threads)
+    other, error = trace(base.model_copy(update={"seed": base.seed + 1}))
     if error is not None:
         raise RuntimeError(f"the neutrality check's second reference seed failed: {error}")
     band = distance(other, reference)
+    unfixed = _not_fixed_by_seed(0.0, band, band_fraction, base.seed) if repeat else None
+    if repeat and unfixed is None:
+        again, error = trace(base)
+        if error is not None:
+            raise RuntimeError(f"the neutrality check's repeat of the baseline failed: {error}")
+        unfixed = _not_fixed_by_seed(distance(again, reference), band, band_fraction, base.seed)
     out = []
     for change in changes:
+        if unfixed is not None:
+            out.append(Neutrality(dict(change), math.inf, band, band_fraction, steps, unfixed))
+            continue
         knob = Recipe.model_validate({**base.model_dump(), **change})
-        trace, error = loss_trace(knob, workload, threads)
-        out.append(Neutrality(dict(change), distance(trace, reference), band, band_fraction, steps, error))
+        found, error = trace(knob)
+        out.append(Neutrality(dict(change), distance(found, reference), band, band_fraction, steps, error))
     return out
+
+
+def _not_fixed_by_seed(again: float, band: float, band_fraction: float, seed: int) -> str | None:
+    """Why the baseline's traces cannot anchor the check (None: they can): two runs at one seed differ by a good
+    part of what a change may move, or two seeds give the same trace (the seed never reaches the run)."""
+    if band == 0.0:
+        return ("two seeds gave the same loss trace: the run's initialisation and data order do not follow the "
+                "recipe's seed (seed from ctx.config.seed, build the training loader through ctx)")
+    if again > REPEAT_LIMIT * band_fraction * band:
+        return (f"two runs at seed {seed} differ by {again:.4f}, {again / band:.2f} of the band between two seeds: "
+                f"the run's data order or initialisation does not follow the seed (seed from ctx.config.seed, "
+                f"build the training loader through ctx)")
+    return None
 
 
 def predicted_tta_ratio(speed: float, noise: float) -> tuple[float, float, float]:

@@ -50,9 +50,10 @@ then predicted as the default's over its speed-up, the timing noise as the inter
 Off, the knobs are assumed neutral, as before.
 
 What to probe and how to decide are search/probe_decide.py's (pure functions over Probe records);
-this module runs the stage. Where probes run: `run_probes` runs `probe_stage` with one Ray task per
-(configuration, round) with the trial's resources, so they land on the hardware trials use, also on
-a cluster whose driver has no GPU; `probe_stage` takes any `measure(config, round)`
+this module runs the stage. A user's script is probed and checked through its own loop, a run of the script per
+probe and per trace (search/probe_script.py); the decision is the same. Where probes run: `run_probes` runs
+`probe_stage` with one Ray task per (configuration, round) with the trial's resources, so they land on the
+hardware trials use, also on a cluster whose driver has no GPU; `probe_stage` takes any `measure(config, round)`
 (experiments/probe_stability.py calls `probe_config` in-process, without Ray). Each (configuration,
 maths combination, batch size) is an MLflow child run with `autospeed.kind=probe` (its samples/s the
 median over the rounds); the parent records the fix, the margin behind it (tag
@@ -74,7 +75,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from autospeed.search.neutrality import Neutrality
+from autospeed.script.options import is_script
+from autospeed.search.neutrality import Neutrality, never_target
 from autospeed.search.neutrality import check as check_neutrality
 from autospeed.search.probe_decide import (  # noqa: F401
     FAILED,
@@ -153,34 +155,49 @@ def cold_inductor_cache():
 
 
 def _probe_config(spec: SearchSpec, config: dict[str, Any], threads: int, round_: int) -> list[dict[str, Any]]:
-    from autospeed.train.trainer import train
+    if is_script(spec.workload):  # the script's own loop, a fresh process per probe (search/probe_script.py)
+        from autospeed.search.probe_script import script_probe
 
-    workload = _probe_workload(spec)
-    combos = maths_combinations(spec)
-    if not _WARM:  # a fresh worker's one-time costs (first allocations, thread pools, each optimizer's and
-        _WARM.append(True)  # precision's first use) are no configuration's: one untimed probe per maths
-        eager = {**config, "compile": "none"} if "compile" in config else config  # no compile paid twice
-        for maths in combos:
-            try:
-                warm = _probe_recipe(spec, eager, maths, batch_sizes(spec)[0], workload)
-            except ValueError:  # the batch size does not fit the data: its probe below records why
-                break
-            train(warm, workload, num_threads=threads)
+        run = script_probe(spec, config, threads)
+    else:
+        run = _trainer_probe(spec, config, threads)
     out = []
-    for maths, b in itertools.product(combos, batch_sizes(spec)):
+    for maths, b in itertools.product(maths_combinations(spec), batch_sizes(spec)):
         probe = Probe(config, b, FAILED, maths=maths, round=round_)
         try:
-            recipe = _probe_recipe(spec, config, maths, b, workload)
+            result, events = run(maths, b)
         except ValueError as e:
             probe.error = str(e).splitlines()[0]
             out.append(asdict(probe))
             continue
-        events = []
-        result = train(recipe, workload, on_eval=events.append, num_threads=threads)
         probe.applied = {k: result.applied[k] for k in (*config, *STEP_COST_MATHS) if k in result.applied}
         _measure(probe, result, events, spec.probe.warmup_steps, spec.probe.steps)
         out.append(asdict(probe))
     return out
+
+
+def _trainer_probe(spec: SearchSpec, config: dict[str, Any], threads: int):
+    """run(maths, batch_size) -> (the trainer's result, its evaluations): one probe of `config` in this process,
+    after the worker's untimed warm-up."""
+    from autospeed.train.trainer import train
+
+    workload = _probe_workload(spec)
+    if not _WARM:  # a fresh worker's one-time costs (first allocations, thread pools, each optimizer's and
+        _WARM.append(True)  # precision's first use) are no configuration's: one untimed probe per maths
+        eager = {**config, "compile": "none"} if "compile" in config else config  # no compile paid twice
+        for maths in maths_combinations(spec):
+            try:
+                warm = _probe_recipe(spec, eager, maths, batch_sizes(spec)[0], workload)
+            except ValueError:  # the batch size does not fit the data: its probe records why
+                break
+            train(warm, workload, num_threads=threads)
+
+    def run(maths: dict[str, Any], batch_size: int):
+        events: list = []
+        recipe = _probe_recipe(spec, config, maths, batch_size, workload)
+        return train(recipe, workload, on_eval=events.append, num_threads=threads), events
+
+    return run
 
 
 def _probe_workload(spec: SearchSpec):
@@ -209,10 +226,14 @@ def neutrality_config(spec_json: str, base: dict[str, Any], changes: list[dict[s
     from autospeed.train.data import dataset_length
 
     spec = SearchSpec.model_validate_json(spec_json)
-    workload = _probe_workload(spec)
-    n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)
     baseline = spec.recipe_for({}, baseline=True)
     baseline = Recipe.model_validate({**baseline.model_dump(), **base})
+    if is_script(spec.workload):  # traced through the script's own loop (search/probe_script.py)
+        from autospeed.search.probe_script import script_neutrality
+
+        return [asdict(x) for x in script_neutrality(spec, baseline, changes, threads)]
+    workload = _probe_workload(spec)
+    n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)
     s = spec.probe.neutrality
     found = check_neutrality(baseline, changes, workload, steps=s.steps, window_steps=s.window_steps,
                              band_fraction=s.band_fraction, train_samples=n, threads=threads)
@@ -222,7 +243,6 @@ def neutrality_config(spec_json: str, base: dict[str, Any], changes: list[dict[s
 def _probe_recipe(spec: SearchSpec, config: dict[str, Any], maths: dict[str, Any], batch_size: int, workload):
     """The search's recipe with this configuration, maths and batch size, run for warmup + steps optimizer
     steps with an evaluation after each (to read the clock) and a target it cannot meet (only steps end it)."""
-    from autospeed.recipe import Target
     from autospeed.train.data import dataset_length
 
     n = dataset_length(workload.train_dataset, "train_dataset") if workload.uses_datasets else len(workload.train_x)
@@ -231,10 +251,8 @@ def _probe_recipe(spec: SearchSpec, config: dict[str, Any], maths: dict[str, Any
         raise ValueError(f"batch_size {batch_size} exceeds the {n} training samples")
     total = spec.probe.warmup_steps + spec.probe.steps
     base = spec.recipe_for({**_active(spec, {**maths, **config}), "batch_size": batch_size})
-    target = base.resolved_target
-    never = Target(metric=target.metric, mode=target.mode, value=1e300 if target.mode == "max" else -1e300)
     return base.model_copy(update={
-        "accumulation_steps": 1, "micro_batch_size": None, "target": never, "target_accuracy": None,
+        "accumulation_steps": 1, "micro_batch_size": None, **never_target(base),
         "epochs": total / steps_per_epoch, "eval_every_epochs": 1 / steps_per_epoch})
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from autospeed import _ray
 from autospeed.errors import Interrupted, RunFailure, UserError
 from autospeed.script.options import is_script
+from autospeed.search import rung_trend
 from autospeed.search.parent import close_parent, kill_leftovers, open_parent, parent_of, reopen_parent
 from autospeed.search.records import all_finished, counted
 from autospeed.search.resume import resume_state, same_script
@@ -299,6 +300,8 @@ def _finish(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome, ex
         outcome.phase_seconds["confirmation"] = time.perf_counter() - confirm_start
     _delivered(spec, session, outcome.interrupted)  # what follows reads the store
     _report_exploration(spec, session, explored_seconds)
+    if not (outcome.interrupted or outcome.stop_reason):  # where the best lr / batch size moved, reached or not
+        rung_trend.report(spec, session, outcome.rows)
     if ranked:
         try:
             outcome.best_path = _write_best(session, spec.name)
@@ -327,10 +330,6 @@ def _probed(spec: SearchSpec, session: SearchSession, resources: dict[str, float
         print(f"probe: skipped for data-parallel trials ('{spec.most_workers()[1]}' asks for "
               f"{spec.most_workers()[0]} workers); their systems knobs are left to the trials", file=console,
               flush=True)
-        return spec
-    if is_script(spec.workload):  # the probe times steps of a built-in workload's loop, which a script owns
-        print("probe: skipped for a script (it owns its training step); its systems knobs are left to the trials",
-              file=console, flush=True)
         return spec
     decision = run_probes(spec, session, resources, threads)
     search_dir.write_state({**state, PROBED_SPACE: decision.spec.model_dump(mode="json")["space"]})

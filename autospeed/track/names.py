@@ -30,6 +30,8 @@ TAG_PROBE_CONFIG = "autospeed.probe_config"  # on each probe run: its systems co
 TAG_PROBE_FIXED = "autospeed.probe_fixed"  # on the parent: the knob values the probe fixed (JSON)
 TAG_PROBE_MARGIN = "autospeed.probe_margin"  # on the parent: why (speed-up vs the noise it had to beat)
 TAG_PROBE_NEUTRALITY = "autospeed.probe_neutrality"  # on the parent: each knob change's maths-neutrality (JSON)
+# on the parent: the best lr / batch_size at each ASHA rung and their trend to the job's length (search/rung_trend.py)
+TAG_HORIZON_TREND = "autospeed.horizon_trend"
 
 # ---- metrics ----
 # per evaluation, step = optimizer step: these and every metric the workload reports (val_accuracy, val_loss, ...)

@@ -18,6 +18,9 @@ written as a user would, with autospeed's context. Its command line sets what it
   --after-work-pass  after its result, a final test pass (brief after-work), then exit
   --relative-file P  read P as the script starts, a path relative to its working directory (its data, its
                      configuration): a run started anywhere but the folder the search started from fails
+  --own-step         step its optimizer itself (opt.step(), opt.zero_grad()), never calling ctx.step
+  --own-seed N       after autospeed.init, seed torch and its loader's order itself with N, not from
+                     ctx.config.seed: every run trains alike whatever the recipe's seed
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ TINY_SCRIPT = textwrap.dedent('''
     p.add_argument("--no-autocast", action="store_true")
     p.add_argument("--zero-each-micro-batch", action="store_true")
     p.add_argument("--relative-file")
+    p.add_argument("--own-step", action="store_true")
+    p.add_argument("--own-seed", type=int)
     args = p.parse_args()
     if args.relative_file:
         open(args.relative_file).read()
@@ -60,6 +65,8 @@ TINY_SCRIPT = textwrap.dedent('''
 
     ctx = autospeed.init(defaults={"batch_size": 32, "lr": 0.5, "epochs": 20, "eval_every_epochs": 1,
                                    "target_accuracy": 0.9, "max_train_seconds": 30})
+    if args.own_seed is not None:
+        torch.manual_seed(args.own_seed)
     g = torch.Generator().manual_seed(0)
     w = torch.randn(16, 4, generator=g)
     def draw(n):
@@ -84,7 +91,9 @@ TINY_SCRIPT = textwrap.dedent('''
     net = ctx.prepare_model(model, autocast=not args.no_autocast)
     def slow_start(worker_id):  # a loader worker's start-up (opening files, a tokenizer): on the train clock
         time.sleep(args.slow_worker_start)
-    loader = ctx.dataloader(train_ds, **({"worker_init_fn": slow_start} if args.slow_worker_start else {}))
+    order = torch.Generator().manual_seed(args.own_seed) if args.own_seed is not None else None
+    loader = ctx.dataloader(train_ds, generator=order,
+                            **({"worker_init_fn": slow_start} if args.slow_worker_start else {}))
     if args.own_optimizer:
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
     else:
@@ -100,7 +109,10 @@ TINY_SCRIPT = textwrap.dedent('''
         loss = nn.functional.cross_entropy(net(x), y)
         ctx.backward(loss)
         micro_since_step += 1
-        if ctx.step(opt, sched):
+        if args.own_step:
+            opt.step()
+            opt.zero_grad()
+        elif ctx.step(opt, sched):
             steps += 1
             if args.observe:
                 with open(args.observe, "a") as f:

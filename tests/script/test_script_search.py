@@ -40,7 +40,8 @@ TRIALS = 2  # the baseline and one sampled trial: every test pays a few seconds 
 def _space(folder: Path, name: str, space: dict | None = None, trials: int = TRIALS, **extra) -> Path:
     """A small space for the tiny script: `trials` trials (the baseline first), a budget of seconds, no ASHA,
     no confirmation (repeats 0), CPU trials. Its baseline (lr 0.5) reaches 0.9 within a few epochs of the
-    tiny script's data. The probe is not mentioned: for a script it is skipped."""
+    tiny script's data. The probe is off unless `extra` turns it on: each probe is a run of the script, seconds a
+    test that checks something else would pay (test_a_script_search_probes_... turns it on)."""
     return write_space(folder, {
         "name": name, "target_accuracy": 0.9,
         "budget": {"trials": trials, "max_train_seconds": 10}, "asha": {"enabled": False},
@@ -48,7 +49,7 @@ def _space(folder: Path, name: str, space: dict | None = None, trials: int = TRI
         "resources": {"gpus_per_trial": 0},
         "baseline": {"batch_size": 32, "lr": 0.5}, "fixed": {"epochs": 20, "eval_every_epochs": 1},
         "space": space or {"lr": {"loguniform": [0.3, 1.0]}, "batch_size": {"choice": [32, 64]}},
-        **extra,
+        "probe": {"enabled": False}, **extra,
     }, name=f"{name}.yaml")
 
 
@@ -123,6 +124,37 @@ def test_a_missing_script_arguments_it_rejects_and_arguments_without_a_script_ex
         [line] = error_lines(p.stderr)
         assert "arguments after -- (--samples 64) are for a script" in line and "--script" in line, line
     assert search_runs(uri, "bad") == ([], [])
+
+
+# ---------------------------------------------------------------- the probe through the script's loop
+def test_a_script_search_probes_its_systems_knobs_through_its_own_loop_then_searches_the_narrowed_space(
+        tmp_path, tiny_script, new_store):
+    """The probe on, for a space with one systems knob (optimizer_impl default or foreach): each configuration is
+    timed in 2 interleaved rounds by runs of the script itself, Ray tasks that start it in the folder the search
+    started from (it opens data.txt by a relative path there, or fails). Each configuration is an MLflow child run
+    of kind probe with its samples/s; the parent records what the probe fixed, and the sampled trial trains with
+    it (the narrowed space), whichever value won on this machine."""
+    uri = new_store(tmp_path)
+    (tmp_path / "data.txt").write_text("the script's data")
+    space = _space(tmp_path, "probed", space={"optimizer_impl": {"choice": ["default", "foreach"]},
+                                              "lr": {"loguniform": [0.3, 1.0]}},
+                   probe={"warmup_steps": 2, "steps": 5, "rounds": 2})
+    p = autospeed(*_search(tmp_path, uri, space, "--script", tiny_script.name, "--", "--relative-file", "data.txt"),
+                  cwd=tmp_path, env=cli_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "probe round 2: 2 configurations" in p.stdout and "probe: skipped" not in p.stdout, p.stdout[-3000:]
+    fixed = re.search(r"^probe fixed: optimizer_impl=(default|foreach) \(", p.stdout, re.M)
+    assert fixed, p.stdout[-3000:]
+    [parent], trials = search_runs(uri, "probed")
+    client = client_for(uri)
+    probes = client.search_runs([parent.info.experiment_id], "tags.`autospeed.kind` = 'probe'")
+    assert sorted(r.data.params["optimizer_impl"] for r in probes) == ["default", "foreach"]
+    for r in probes:
+        assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert r.data.tags["autospeed.status"] == "ok" and r.data.metrics["samples_per_second"] > 0, r.data.tags
+    assert json.loads(parent.data.tags["autospeed.probe_fixed"])["optimizer_impl"] == fixed[1]
+    sampled = [t for t in trials if t.data.tags["autospeed.baseline"] == "false"]
+    assert len(sampled) == TRIALS - 1 and {t.data.params["optimizer_impl"] for t in sampled} == {fixed[1]}
 
 
 # ---------------------------------------------------------------- a script that crashes
@@ -221,7 +253,7 @@ def test_a_script_search_killed_mid_trial_resumes_each_trial_once_then_exports_a
     assert not error_lines(resumed.stderr), resumed.stderr
     first = search.stdout
     assert "--resume: no earlier search named 'killed'" in first and "starting it" in first, first[-2000:]
-    assert f"preflight: running {tiny_script}" in first and "probe: skipped" in first
+    assert f"preflight: running {tiny_script}" in first and "probe fixed" not in first  # off here (_space)
     # the resumed search counts the killed trial once: as it trains again, not also as done
     counts = [int(m) for m in re.findall(r"^\[(\d+)/2\]", resumed.stdout, re.M)]
     assert counts and max(counts) == TRIALS, resumed.stdout

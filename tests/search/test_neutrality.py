@@ -110,3 +110,23 @@ def test_a_faster_knob_that_fails_the_check_is_not_fixed_and_stays_searched_by_t
     assert "  probe 1: 2.00x the default (noise 0.0%); not eligible: it changes the maths (neutrality check)" in text
     assert "left to the trials, maths knobs here: optimizer_impl" in text.splitlines()[-1]
     assert decision.predicted_tta_ratio() is None
+
+
+def test_a_baseline_that_differs_from_itself_at_one_seed_leaves_every_change_unchecked_saying_why():
+    """compare() over given traces (the traces' training is tested above, and through a script in
+    tests/script/test_script_probe.py): the baseline's repeat at seed 0 differs by 0.77 of the band between two
+    seeds, more than REPEAT_LIMIT of the limit, so its data order does not follow the seed; the change is not
+    trained, and says so."""
+    traces = iter([[2.0, 1.0], [2.0, 1.2], [2.0, 1.15], [2.0, 1.0]])  # seed 0, seed 1, seed 0 again; the change
+    seeds = []
+
+    def trace(recipe: Recipe):
+        seeds.append(recipe.seed)
+        return next(traces), None
+
+    base = Recipe(workload="digits", target_accuracy=0.95, seed=0, **BASELINE)
+    [c] = n.compare(base, [{"optimizer_impl": "foreach"}], trace, steps=STEPS, band_fraction=1.0, repeat=True)
+    assert seeds == [0, 1, 0]
+    assert not c.neutral
+    assert c.line().startswith("  neutrality: optimizer_impl=foreach: not checked (two runs at seed 0 differ by "
+                               "0.0988, 0.77 of the band between two seeds"), c.line()

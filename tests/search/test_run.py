@@ -84,6 +84,24 @@ def test_asha_stops_a_slow_learner(finished_search):
     assert "stopped_early" in statuses
 
 
+def test_the_search_says_where_the_best_lr_moved_over_ashas_rungs_as_a_prediction(finished_search):
+    """search/rung_trend.py: each rung's leader among the trials that trained that long, recorded on the parent and
+    printed after confirmation, extrapolated to the confirmed winner's median TTA and labelled a prediction."""
+    (parent,) = finished_search.runs("search")
+    found = json.loads(parent.data.tags["autospeed.horizon_trend"])
+    lr = {r.data.tags["autospeed.trial_id"]: float(r.data.params["lr"]) for r in finished_search.runs("trial")}
+    assert len(found["rungs"]) >= 2 and all(r["trials"] >= 2 for r in found["rungs"])
+    assert [r["lr"] for r in found["rungs"]] == [lr[r["leader"]] for r in found["rungs"]]
+    assert found["job_seconds"] == parent.data.metrics["confirm_tta_seconds_median"]
+    assert "\nhorizon trend (each ASHA rung's leader" in finished_search.stdout
+    if found["knobs"]["lr"]["slope"]:  # the leaders' lr moved: extrapolated, and said to be a prediction
+        assert found["knobs"]["lr"]["at_job"] > 0
+        assert "(the confirmed winner's median TTA), the trend says ~" in finished_search.stdout
+        assert "not measured)" in finished_search.stdout
+    else:  # one trial led every rung: nothing to extrapolate
+        assert found["knobs"]["lr"]["at_job"] is None and " at every rung (no trend)" in finished_search.stdout
+
+
 def test_logged_objectives_put_every_reached_trial_before_the_rest(finished_search):
     trials = finished_search.runs("trial")
     done = [r.data.metrics["objective"] for r in trials if r.data.tags["autospeed.status"] == "reached"]
