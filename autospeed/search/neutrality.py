@@ -138,12 +138,7 @@ def compare(base: Recipe, changes: list[dict[str, Any]], trace: Callable[[Recipe
     if error is not None:
         raise RuntimeError(f"the neutrality check's second reference seed failed: {error}")
     band = distance(other, reference)
-    unfixed = _not_fixed_by_seed(0.0, band, band_fraction, base.seed) if repeat else None
-    if repeat and unfixed is None:
-        again, error = trace(base)
-        if error is not None:
-            raise RuntimeError(f"the neutrality check's repeat of the baseline failed: {error}")
-        unfixed = _not_fixed_by_seed(distance(again, reference), band, band_fraction, base.seed)
+    unfixed = _not_fixed_by_seed(base, reference, band, band_fraction, trace) if repeat else None
     out = []
     for change in changes:
         if unfixed is not None:
@@ -155,16 +150,21 @@ def compare(base: Recipe, changes: list[dict[str, Any]], trace: Callable[[Recipe
     return out
 
 
-def _not_fixed_by_seed(again: float, band: float, band_fraction: float, seed: int) -> str | None:
-    """Why the baseline's traces cannot anchor the check (None: they can): two runs at one seed differ by a good
-    part of what a change may move, or two seeds give the same trace (the seed never reaches the run)."""
+def _not_fixed_by_seed(base: Recipe, reference: list[float], band: float, band_fraction: float,
+                       trace: Callable[[Recipe], tuple[list[float], str | None]]) -> str | None:
+    """Why the baseline's traces cannot anchor the check (None: they can): two seeds give the same trace (the seed
+    never reaches the run), or a repeat at the base's seed differs by a good part of what a change may move."""
     if band == 0.0:
         return ("two seeds gave the same loss trace: the run's initialisation and data order do not follow the "
                 "recipe's seed (seed from ctx.config.seed, build the training loader through ctx)")
-    if again > REPEAT_LIMIT * band_fraction * band:
-        return (f"two runs at seed {seed} differ by {again:.4f}, {again / band:.2f} of the band between two seeds: "
-                f"the run's data order or initialisation does not follow the seed (seed from ctx.config.seed, "
-                f"build the training loader through ctx)")
+    again, error = trace(base)
+    if error is not None:
+        raise RuntimeError(f"the neutrality check's repeat of the baseline failed: {error}")
+    apart = distance(again, reference)
+    if apart > REPEAT_LIMIT * band_fraction * band:
+        return (f"two runs at seed {base.seed} differ by {apart:.4f}, {apart / band:.2f} of the band between two "
+                f"seeds: the run's data order or initialisation does not follow the seed (seed from "
+                f"ctx.config.seed, build the training loader through ctx)")
     return None
 
 

@@ -21,6 +21,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+import numpy as np
+
 if TYPE_CHECKING:
     from autospeed.search.session import SearchSession
     from autospeed.space import SearchSpec
@@ -96,51 +98,41 @@ def _value(t: Trial, knob: str) -> float | None:
     return v if v > 0 else None
 
 
+def _leader(trials: Sequence[Trial], horizon: float, mode: str) -> tuple[int, Trial | None]:
+    """(how many of `trials` trained to `horizon`, the best of them there)."""
+    scored = [(s, t) for t in trials if (s := _score(t, horizon, mode)) is not None]
+    return len(scored), (max(scored, key=lambda x: x[0])[1] if scored else None)
+
+
 def trend(trials: Sequence[Trial], rungs: Sequence[float], mode: str, knobs: Sequence[str],
           job_seconds: float | None = None, job_what: str = "") -> Trend | None:
     """The rungs' leaders and each knob's trend over them; None when fewer than two rungs have a leader."""
-    leaders = []
-    for h in rungs:
-        scored = [(s, t) for t in trials if (s := _score(t, h, mode)) is not None]
-        if len(scored) >= MIN_TRIALS_AT_RUNG:
-            leaders.append((h, len(scored), max(scored, key=lambda x: x[0])[1]))
+    leaders = [(h, n, leader) for h in rungs for n, leader in [_leader(trials, h, mode)] if n >= MIN_TRIALS_AT_RUNG]
     if len(leaders) < 2:
         return None
     out = Trend(job_seconds=job_seconds, job_what=job_what)
-    last = leaders[-1][2]
-    optimizers = {t.knobs.get("optimizer") for t in trials}
-    if len(optimizers) > 1 and "lr" in knobs:  # an AdamW LR and an SGD one are not one scale
-        out.optimizer = last.knobs.get("optimizer")
-    for h, n, leader in leaders:
-        out.rungs.append({"seconds": h, "trials": n, "leader": leader.name})
+    if "lr" in knobs and len({t.knobs.get("optimizer") for t in trials}) > 1:  # AdamW's LR and SGD's: not one scale
+        out.optimizer = leaders[-1][2].knobs.get("optimizer")
+    out.rungs = [{"seconds": h, "trials": n, "leader": leader.name} for h, n, leader in leaders]
     for knob in knobs:
         points = []
         for (h, _, leader), row in zip(leaders, out.rungs):
             if knob == "lr" and out.optimizer is not None:  # this optimizer's best at the rung, where it ran one
-                rung_trials = [t for t in trials if t.knobs.get("optimizer") == out.optimizer
-                               and _score(t, h, mode) is not None]
-                leader = max(rung_trials, key=lambda t: _score(t, h, mode)) if rung_trials else None
+                leader = _leader([t for t in trials if t.knobs.get("optimizer") == out.optimizer], h, mode)[1]
             v = _value(leader, knob) if leader is not None else None
             if v is not None:
                 row[knob] = v
-                points.append((math.log(h), math.log(v)))
+                points.append((h, v))
         if len(points) < 2:
             continue
-        slope = _slope(points) if len({y for _, y in points}) > 1 else 0.0  # one value at every rung: no trend
-        said = {"slope": slope, "over": len(points), "at_job": None}
-        if job_seconds and slope != 0:
-            mx = sum(x for x, _ in points) / len(points)
-            my = sum(y for _, y in points) / len(points)
-            said["at_job"] = math.exp(my + slope * (math.log(job_seconds) - mx))
+        said = {"slope": 0.0, "over": len(points), "at_job": None}  # one value at every rung: no trend
+        if len({v for _, v in points}) > 1:
+            slope, intercept = np.polyfit(np.log([h for h, _ in points]), np.log([v for _, v in points]), 1)
+            said["slope"] = float(slope)
+            if job_seconds:
+                said["at_job"] = math.exp(intercept + slope * math.log(job_seconds))
         out.knobs[knob] = said
     return out if out.knobs else None
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else 0.0
 
 
 def _fmt(v: float) -> str:
