@@ -38,10 +38,20 @@ RESULTS = ROOT / "experiments" / "results"
 @contextlib.contextmanager
 def cpu_lock(exclusive: bool):
     """Exclusive for timing benchmarks (nothing else loads the cores), shared for searches and tests.
-    In the quick pass (EXPERIMENTS_QUICK=1 in the environment), always shared."""
+    In the quick pass (EXPERIMENTS_QUICK=1 in the environment), always shared.
+
+    A benchmark waiting for the lock is not passed by later shared holders: flock alone lets a new shared
+    request in while an exclusive one waits, so a benchmark of many timed parts starved between them while
+    tests and analyses came and went. Every request first takes the gate (LOCK_PATH + ".gate") exclusively and
+    keeps it until it holds the lock, so requests are served in turn and a waiting benchmark holds up the
+    shared requests behind it. (`flock -s /tmp/cpu.lock cmd` in a shell skips the gate: it may still pass.)"""
     exclusive = exclusive and not quick()
-    with open(LOCK_PATH, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    with open(LOCK_PATH + ".gate", "a") as gate, open(LOCK_PATH, "a") as f:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:

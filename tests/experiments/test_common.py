@@ -5,6 +5,7 @@ quick pass."""
 import fcntl
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,53 @@ def test_the_quick_pass_says_so_and_holds_the_cpu_lock_shared(monkeypatch, tmp_p
         assert others_can_share()
     assert _common.provenance().endswith("\nquick pass (python -m experiments all --quick): a smoke run of the "
                                          "script, CPU lock shared; not a measurement")
+
+
+def poll_until(condition, failure: str) -> None:
+    """Wait for a state another thread sets (each look 10 ms apart, 30 s at most), not for time to pass."""
+    for _ in range(3000):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    pytest.fail(failure)
+
+
+def test_a_waiting_benchmark_is_not_passed_by_later_shared_holders(monkeypatch, tmp_path):
+    """A test run holds the lock shared; a benchmark asks for it exclusively and waits. A search or test run that
+    asks after it waits behind it (flock alone lets it in, and the benchmark starved); once the first holder
+    leaves, the benchmark times alone, and then the later one gets its share."""
+    monkeypatch.setattr(_common, "LOCK_PATH", str(tmp_path / "cpu.lock"))
+    monkeypatch.delenv(_common.QUICK_ENV, raising=False)
+    order: list[str] = []
+    first_leaves = threading.Event()
+
+    def hold(name: str, exclusive: bool, until: threading.Event | None = None) -> None:
+        with _common.cpu_lock(exclusive=exclusive):
+            order.append(name)
+            if until is not None:
+                until.wait(30)
+
+    def gate_taken() -> bool:  # a request is in turn: the benchmark, blocked on the first holder's share
+        with open(_common.LOCK_PATH + ".gate", "a") as g:
+            try:
+                fcntl.flock(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(g, fcntl.LOCK_UN)
+            return False
+
+    first = threading.Thread(target=hold, args=("tests", False, first_leaves))
+    first.start()
+    poll_until(lambda: order == ["tests"], "the first holder never got its share")
+    benchmark = threading.Thread(target=hold, args=("benchmark", True))
+    benchmark.start()
+    poll_until(gate_taken, "the benchmark never waited in turn")  # it holds the gate until it holds the lock
+    later = threading.Thread(target=hold, args=("later search", False))
+    later.start()
+    first_leaves.set()
+    for t in (first, benchmark, later):
+        t.join(30)
+    assert order == ["tests", "benchmark", "later search"]
 
 
 def test_the_recipes_as_timed_are_whole_yaml_inside_the_results_file():
