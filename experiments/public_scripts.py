@@ -15,7 +15,9 @@ then per script measures (a) the conversion's changed lines (`diff -u`, added + 
 converted script run alone (`python SCRIPT ARGS`) is bit-identical to prepared/ (every per-step loss and a hash
 of the final state_dict, dumped to the file IDENTITY_DUMP names), and (c) an end-to-end CPU search of the
 converted script (`autospeed search --script ... -- ARGS`, a tiny space, confirm.repeats 3), its export and
-`autospeed train --config best.yaml` of the winner, each command's exit status. Results:
+`autospeed train --config best.yaml` of the winner, each command's exit status, with the CPU lock held
+exclusively (at 23c8e8d it was shared: beside other work the confirmation runs read 80-100 samples/s where
+`autospeed train` read 535, and train called itself 0.17x its prediction). Results:
 experiments/results/public_scripts.md (findings for the next engineer in its notes).
 """
 
@@ -288,7 +290,7 @@ def measure(folder: Path) -> dict:
     row["first_difference"] = next((f"line {i + 1}: {a} / {b}" for i, (a, b) in
                                     enumerate(zip(dumps["prepared"], dumps["converted"])) if a != b),
                                    "" if len(dumps["prepared"]) == len(dumps["converted"]) else "lengths differ")
-    with cpu_lock(exclusive=False):
+    with cpu_lock(exclusive=True):  # its TTAs and `autospeed train`'s check against them are timings
         row["search"] = search(folder / "converted", name, spec, folder / "work")
     return row
 
