@@ -36,7 +36,7 @@ def cmd_train(args) -> int:
     from autospeed.run_recipe import train
     from autospeed.script.options import is_script
     from autospeed.show import summaries
-    from autospeed.train.environment import differences, environment
+    from autospeed.train.environment import differences, environment, threads_as_measured
     from autospeed.train.trainer import pick_device
     from autospeed.workloads import check_target, load_workload
 
@@ -55,15 +55,23 @@ def cmd_train(args) -> int:
             check_target(target, workload.metrics, recipe.workload, shorthand=recipe.target is None)
     except UserError as e:
         raise UserError(f"{args.config}: {e}") from None
-    here = environment(pick_device(recipe))
+    device = pick_device(recipe)
+    threads = threads_as_measured(recipe.measured.environment if recipe.measured else None, device)
+    if threads:  # as the runs that measured it (a script's process gets them too)
+        import torch
+
+        torch.set_num_threads(threads)
+    here = environment(device)
     if recipe.measured and recipe.measured.environment:
         diff = differences(recipe.measured.environment, here)
         if diff:
-            print(f"warning: {args.config} was measured elsewhere ({'; '.join(diff)}); "
+            print(f"warning: {args.config} was measured elsewhere or otherwise ({'; '.join(diff)}: then -> here); "
                   f"its measured speed may not hold here", file=sys.stderr)
 
     out = sys.stderr if args.json else sys.stdout
-    print(summaries.train_start_line(recipe, target, here["device_name"]), file=out)
+    print(summaries.train_start_line(recipe, target, here["device_name"],
+                                     here["torch_threads"] if device.type == "cpu" and recipe.workers == 1 else None),
+          file=out)
     cache = None if args.no_compile_cache else _shipped_compile_cache(recipe, args.config, out)
     from autospeed.train.on_track import on_track_for
 
@@ -87,7 +95,8 @@ def cmd_train(args) -> int:
         if checker is not None:
             checker.say = bar.note
         try:
-            result = train(recipe, workload, on_eval=checker.watching(bar.update) if checker else bar.update)
+            result = train(recipe, workload, on_eval=checker.watching(bar.update) if checker else bar.update,
+                           num_threads=threads)
         finally:
             bar.close()
         # which compile this run paid (shipped cache, warm, cold); a script or workers compile in their processes

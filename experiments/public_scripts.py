@@ -149,14 +149,15 @@ conversions above use the fixes.
    reloads its best checkpoint and runs its test pass), and each run said "waiting up to 600 s". Fixed:
    after-work that ends within 10 s passes without a word; longer, it is said once.
 11. **Timings.** The searches, exports and trains hold the CPU lock exclusively (at 23c8e8d they shared this
-   2-core machine with other sessions' work, and one recipe's train clock read 12.9-16.8 s in confirmation against
-   2.39 s in `autospeed train`, which then called itself 0.17x its prediction). At these CPU sizes an epoch takes
-   under a second and a run's wall is mostly its start (the wall to target in the tables above); a job of 20
-   steps (mnist) reads its train clock to within tens of milliseconds of its start-up noise, so `autospeed
-   train`'s one run may leave the confirmation's range (it starts while the search's Ray processes may still be
-   ending). The speed-ups are measurements of these shrunken jobs, not of the scripts at their real sizes: the
-   file shows that scripts no one here wrote convert, train bit-identically alone, and go through search,
-   confirmation, export and `autospeed train` with exit 0.
+   2-core machine with other sessions' work: one recipe's train clock read 12.9-16.8 s in confirmation against
+   2.39 s in `autospeed train`). With the lock, mnist's `autospeed train` still read 1.06-1.23 s against the
+   0.77-0.80 s of its confirmation runs, "behind its prediction": this script set OMP_NUM_THREADS=1 for every
+   command, which the confirmation runs overrode (every core, 2 torch threads) and `autospeed train` obeyed.
+   Fixed: `autospeed train` of a CPU recipe trains with the torch threads its measurement used and says how
+   many; an OMP_NUM_THREADS set in its environment still wins, with a warning that the measured speed may not
+   hold (tests/search/test_confirm.py). Only the runs alone set it now. At these CPU sizes an epoch takes under
+   a second and a run's wall is mostly its start: the speed-ups are measurements of these shrunken jobs, not of
+   the scripts at their real sizes.
 12. **nanoGPT: its length is iterations.** `epochs` could only shorten an iteration loop. Now its length is
    `max_steps` in the defaults (`max_iters + 1`: its loop trains iterations 0 to `max_iters`), read back as
    `max_iters = asp.config.max_steps - 1`: searched, it lengthens the run as well; `ctx.lr_at` needs no
@@ -220,9 +221,11 @@ def changed_lines(a: Path, b: Path) -> tuple[int, int]:
     return added, removed
 
 
-def env() -> dict[str, str]:
-    # the worktree's autospeed for the script and every process it starts; one torch thread per process
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+def env(one_thread: bool = False) -> dict[str, str]:
+    """The worktree's autospeed for the script and every process it starts; `one_thread`: one torch thread per
+    process (the runs alone, compared bit for bit). A search, its export and `autospeed train` get the threads a
+    user's shell gives them (the search sets its own; train keeps the ones confirmation measured with)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), **({"OMP_NUM_THREADS": "1"} if one_thread else {})}
 
 
 def run_alone(where: Path, spec: dict, dump: Path) -> tuple[int, float, list[str]]:
@@ -230,7 +233,7 @@ def run_alone(where: Path, spec: dict, dump: Path) -> tuple[int, float, list[str
     dump.unlink(missing_ok=True)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, spec["file"], *spec["args"]], cwd=where, capture_output=True, text=True,
-                          env={**env(), "IDENTITY_DUMP": str(dump)})
+                          env={**env(one_thread=True), "IDENTITY_DUMP": str(dump)})
     seconds = time.perf_counter() - start
     if proc.returncode:
         print(proc.stderr[-3000:], file=sys.stderr)

@@ -9,13 +9,14 @@ from pathlib import Path
 
 
 # ---------------------------------------------------------------- train
-def train_start_line(recipe, target, device_name: str) -> str:
-    """What is trained, to what target, on what device and within what budget."""
+def train_start_line(recipe, target, device_name: str, cpu_threads: int | None = None) -> str:
+    """What is trained, to what target, on what device (a CPU's torch threads) and within what budget."""
     from autospeed.script.options import is_script
 
     on = f"{recipe.workers} data-parallel workers on " if recipe.workers > 1 else ""
     what = f"{recipe.workload_options['script']}" if is_script(recipe.workload) else recipe.workload
-    return (f"training {what} to {target.describe()} on {on}{device_name} "
+    threads = f", {cpu_threads} torch threads" if cpu_threads else ""
+    return (f"training {what} to {target.describe()} on {on}{device_name}{threads} "
             f"(budget {recipe.max_train_seconds:g} s train clock, "
             f"{f'{recipe.max_steps} steps' if recipe.max_steps else f'{recipe.epochs:g} epochs'})")
 

@@ -65,7 +65,20 @@ def _driver_version() -> str | None:
 
 
 # Fields that must match for a measurement to transfer to another machine.
-COMPARABLE = ("device", "device_name", "cpu_count", "torch", "cuda")
+COMPARABLE = ("device", "device_name", "cpu_count", "torch_threads", "torch", "cuda")
+
+
+def threads_as_measured(measured_on: dict[str, Any] | None, device: torch.device) -> int | None:
+    """The torch threads a CPU run of a measured recipe trains with: those of the runs that measured it (a
+    search's confirmation sets them: the trial's CPUs, else every core), so its measured speed can hold; None
+    (torch's default) on a GPU, for a recipe never measured, or where OMP_NUM_THREADS is set here: the user's
+    own choice, which `differences` then names if it is not the measurement's. torch's default alone is the
+    physical cores or OMP_NUM_THREADS, not always the measurement's: a script confirmed in 0.77 s with 2 threads
+    trained in 1.2 s under an inherited OMP_NUM_THREADS=1 (experiments/results/public_scripts.md, notes)."""
+    if device.type != "cpu" or not measured_on or "OMP_NUM_THREADS" in os.environ:
+        return None
+    threads = measured_on.get("torch_threads")
+    return int(threads) if threads else None
 
 
 def differences(measured_on: dict[str, Any], here: dict[str, Any]) -> list[str]:
