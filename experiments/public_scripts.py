@@ -150,9 +150,10 @@ conversions above use the fixes.
    after-work that ends within 10 s passes without a word; longer, it is said once.
 11. **Timings.** The searches, exports and trains hold the CPU lock exclusively (at 23c8e8d they shared this
    2-core machine with other sessions' work: one recipe's train clock read 12.9-16.8 s in confirmation against
-   2.39 s in `autospeed train`). With the lock, mnist's `autospeed train` still read 1.06-1.23 s against the
-   0.77-0.80 s of its confirmation runs, "behind its prediction": this script set OMP_NUM_THREADS=1 for every
-   command, which the confirmation runs overrode (every core, 2 torch threads) and `autospeed train` obeyed.
+   2.39 s in `autospeed train`). With the lock, in two runs of this script before the fix, mnist's `autospeed
+   train` still read about 1.4x its confirmation runs' TTA, "behind its prediction": this script set
+   OMP_NUM_THREADS=1 for every command, which the confirmation runs overrode (every core, 2 torch threads) and
+   `autospeed train` obeyed.
    Fixed: `autospeed train` of a CPU recipe trains with the torch threads its measurement used and says how
    many; an OMP_NUM_THREADS set in its environment still wins, with a warning that the measured speed may not
    hold (tests/search/test_confirm.py). Only the runs alone set it now. At these CPU sizes an epoch takes under
