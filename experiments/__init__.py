@@ -298,7 +298,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "of trials cut at 20x and 50x horizon ratios, of successive halving, ASHA and an LR trend at the same "
         "exploration compute, and of halving whose first rung is the flat cut (exploration in baseline runs), over "
         "simulated 12-trial searches; and how well the halving winner's samples to target are predicted",
-        runs=(_r("--part", "curves", writes=("long_job_bench_curves.json",)),
+        # the curves are the trainer's (with its cooldown branch); the analysis reads them (their header names
+        # their commit) and ranks with horizon.py and predict.py, training nothing
+        runs=(_r("--part", "curves", writes=("long_job_bench_curves.json",),
+                 measures=(*TRAIN, BUILTIN, "search_spaces/long_bench.yaml", "experiments/long_job.py")),
               _r("--part", "analysis", writes=("long_job_bench.md",),
                  measures=(f"{RESULTS}/long_job_bench_curves.json", "experiments/long_job_ranking.py",
                            "experiments/_long_job_arms.py", "experiments/_long_job_report.py",
@@ -308,10 +311,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                "--targets", "0.3", "0.25", "--stop", "0.3", "--searches", "20",
                "--curves", "{out}/long_job_bench_curves.json", "--out", "{out}/long_job_bench.md"),
         quick_writes=("long_job_bench.md", "long_job_bench_curves.json"),
-        # the curves are the trainer's (with its cooldown branch); the analysis ranks with horizon.py and predict.py
-        measures=(*TRAIN, BUILTIN, "autospeed/space.py", "autospeed/space_sections.py", "autospeed/horizon.py",
-                  "autospeed/predict.py", "autospeed/outcome.py", "search_spaces/long_bench.yaml",
-                  "experiments/long_job.py")),
+        measures=("autospeed/space.py", "autospeed/space_sections.py", "autospeed/horizon.py", "autospeed/predict.py",
+                  "autospeed/outcome.py")),
     Experiment(
         "example", "example.py", "the README's examples as a user runs them: the 30-second smoke search, the main "
         "job (fast.yaml) and a long job, each in a new folder with an empty dataset cache",
