@@ -35,6 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 
 
+# Set while a process holds the CPU lock, so that its children (a test's command, a benchmark's quick pass) are
+# covered by it instead of queueing behind a benchmark that waits for their own parent: a deadlock.
+HELD_ENV = "AUTOSPEED_CPU_LOCK_HELD"
+
+
 @contextlib.contextmanager
 def cpu_lock(exclusive: bool):
     """Exclusive for timing benchmarks (nothing else loads the cores), shared for searches and tests.
@@ -44,7 +49,11 @@ def cpu_lock(exclusive: bool):
     request in while an exclusive one waits, so a benchmark of many timed parts starved between them while
     tests and analyses came and went. Every request first takes the gate (LOCK_PATH + ".gate") exclusively and
     keeps it until it holds the lock, so requests are served in turn and a waiting benchmark holds up the
-    shared requests behind it. (`flock -s /tmp/cpu.lock cmd` in a shell skips the gate: it may still pass.)"""
+    shared requests behind it. A process whose parent holds the lock (HELD_ENV in its environment) is covered by
+    that hold and takes nothing. (`flock -s /tmp/cpu.lock cmd` in a shell skips the gate: it may still pass.)"""
+    if os.environ.get(HELD_ENV):
+        yield
+        return
     exclusive = exclusive and not quick()
     with open(LOCK_PATH + ".gate", "a") as gate, open(LOCK_PATH, "a") as f:
         fcntl.flock(gate, fcntl.LOCK_EX)
@@ -52,9 +61,11 @@ def cpu_lock(exclusive: bool):
             fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
+        os.environ[HELD_ENV] = "exclusive" if exclusive else "shared"
         try:
             yield
         finally:
+            del os.environ[HELD_ENV]
             fcntl.flock(f, fcntl.LOCK_UN)
 
 

@@ -71,11 +71,14 @@ COMPARABLE = ("device", "device_name", "cpu_count", "torch_threads", "torch", "c
 def threads_as_measured(measured_on: dict[str, Any] | None, device: torch.device) -> int | None:
     """The torch threads a CPU run of a measured recipe trains with: those of the runs that measured it (a
     search's confirmation sets them: the trial's CPUs, else every core), so its measured speed can hold; None
-    (torch's default) on a GPU, for a recipe never measured, or where OMP_NUM_THREADS is set here: the user's
-    own choice, which `differences` then names if it is not the measurement's. torch's default alone is the
-    physical cores or OMP_NUM_THREADS, not always the measurement's: a script confirmed in 0.77 s with 2 threads
-    trained in 1.2 s under an inherited OMP_NUM_THREADS=1 (experiments/results/public_scripts.md, notes)."""
+    (torch's default) on a GPU, for a recipe never measured, on a machine with another CPU count (its threads could
+    oversubscribe this one), or where OMP_NUM_THREADS is set here: the user's own choice. `differences` names
+    each of these that differs from the measurement. torch's default alone (the physical cores, or an inherited
+    OMP_NUM_THREADS) is not always the measurement's: a public script confirmed with 2 threads trained about 1.4x
+    slower under an inherited OMP_NUM_THREADS=1 (experiments/results/public_scripts.md, notes)."""
     if device.type != "cpu" or not measured_on or "OMP_NUM_THREADS" in os.environ:
+        return None
+    if measured_on.get("cpu_count") != os.cpu_count():  # another machine: its thread count may oversubscribe this one
         return None
     threads = measured_on.get("torch_threads")
     return int(threads) if threads else None

@@ -3,6 +3,7 @@ provenance a results file starts with (commit, command, machine, date, load aver
 quick pass."""
 
 import fcntl
+import os
 import re
 import sys
 import threading
@@ -65,6 +66,7 @@ def test_the_header_gives_the_load_average_at_start_and_at_end(monkeypatch):
 
 def test_the_quick_pass_says_so_and_holds_the_cpu_lock_shared(monkeypatch, tmp_path):
     monkeypatch.setattr(_common, "LOCK_PATH", str(tmp_path / "cpu.lock"))
+    monkeypatch.delenv(_common.HELD_ENV, raising=False)  # not covered by this test run's own hold
 
     def others_can_share() -> bool:
         with open(_common.LOCK_PATH, "a") as f:
@@ -87,31 +89,53 @@ def test_the_quick_pass_says_so_and_holds_the_cpu_lock_shared(monkeypatch, tmp_p
 
 
 def poll_until(condition, failure: str) -> None:
-    """Wait for a state another thread sets (each look 10 ms apart, 30 s at most), not for time to pass."""
-    for _ in range(3000):
+    """Wait for a state another process sets (each look 10 ms apart, 60 s at most), not for time to pass."""
+    for _ in range(6000):
         if condition():
             return
         threading.Event().wait(0.01)
     pytest.fail(failure)
 
 
-def test_a_waiting_benchmark_is_not_passed_by_later_shared_holders(monkeypatch, tmp_path):
-    """A test run holds the lock shared; a benchmark asks for it exclusively and waits. A search or test run that
-    asks after it waits behind it (flock alone lets it in, and the benchmark starved); once the first holder
-    leaves, the benchmark times alone, and then the later one gets its share."""
-    monkeypatch.setattr(_common, "LOCK_PATH", str(tmp_path / "cpu.lock"))
-    monkeypatch.delenv(_common.QUICK_ENV, raising=False)
-    order: list[str] = []
-    first_leaves = threading.Event()
+# One holder of the CPU lock, as a process of its own: it appends its name to ORDER while it holds the lock, and a
+# shared holder keeps it until the file RELEASE exists.
+HOLDER = """
+import os, sys, threading
+from pathlib import Path
+sys.path.insert(0, {experiments!r})
+import _common
+_common.LOCK_PATH = {lock!r}
+name, exclusive, folder = sys.argv[1], sys.argv[2] == "exclusive", Path(sys.argv[3])
+with _common.cpu_lock(exclusive=exclusive):
+    with open(folder / "order", "a") as f:
+        f.write(name + "\\n")
+    while sys.argv[4:] and not (folder / sys.argv[4]).exists():
+        threading.Event().wait(0.01)
+"""
 
-    def hold(name: str, exclusive: bool, until: threading.Event | None = None) -> None:
-        with _common.cpu_lock(exclusive=exclusive):
-            order.append(name)
-            if until is not None:
-                until.wait(30)
+
+def test_a_waiting_benchmark_is_not_passed_by_later_shared_holders_and_children_of_a_holder_pass(monkeypatch,
+                                                                                                 tmp_path):
+    """A test run holds the lock shared; a benchmark asks for it exclusively and waits. A search or test run that
+    asks after it waits behind it (flock alone lets it in, and the benchmark starved); a child of the first holder
+    (a test's own command) is covered by its parent's hold and runs at once (else parent, benchmark and child wait
+    for each other); once the first holder leaves, the benchmark times alone, then the later one gets its share."""
+    import subprocess
+
+    monkeypatch.delenv(_common.HELD_ENV, raising=False)  # these holders are not covered by this test run's hold
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER.format(experiments=str(Path(_common.__file__).parent), lock=str(tmp_path / "cpu.lock")))
+    order = tmp_path / "order"
+
+    def names() -> list[str]:
+        return order.read_text().split() if order.exists() else []
+
+    def holder(name: str, mode: str, *until: str, env: dict | None = None) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), name, mode, str(tmp_path), *until],
+                                env={**os.environ, **(env or {})})
 
     def gate_taken() -> bool:  # a request is in turn: the benchmark, blocked on the first holder's share
-        with open(_common.LOCK_PATH + ".gate", "a") as g:
+        with open(tmp_path / "cpu.lock.gate", "a") as g:
             try:
                 fcntl.flock(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -119,18 +143,17 @@ def test_a_waiting_benchmark_is_not_passed_by_later_shared_holders(monkeypatch, 
             fcntl.flock(g, fcntl.LOCK_UN)
             return False
 
-    first = threading.Thread(target=hold, args=("tests", False, first_leaves))
-    first.start()
-    poll_until(lambda: order == ["tests"], "the first holder never got its share")
-    benchmark = threading.Thread(target=hold, args=("benchmark", True))
-    benchmark.start()
+    first = holder("tests", "shared", "release")
+    poll_until(lambda: names() == ["tests"], "the first holder never got its share")
+    benchmark = holder("benchmark", "exclusive")
     poll_until(gate_taken, "the benchmark never waited in turn")  # it holds the gate until it holds the lock
-    later = threading.Thread(target=hold, args=("later search", False))
-    later.start()
-    first_leaves.set()
-    for t in (first, benchmark, later):
-        t.join(30)
-    assert order == ["tests", "benchmark", "later search"]
+    later = holder("later search", "shared")
+    child = holder("test's child", "shared", env={_common.HELD_ENV: "shared"})  # what the first holder's children get
+    assert child.wait(60) == 0 and names() == ["tests", "test's child"]
+    (tmp_path / "release").touch()
+    for p in (first, benchmark, later):
+        assert p.wait(60) == 0
+    assert names() == ["tests", "test's child", "benchmark", "later search"]
 
 
 def test_the_recipes_as_timed_are_whole_yaml_inside_the_results_file():
