@@ -128,7 +128,7 @@ def test_a_waiting_benchmark_is_not_passed_by_later_shared_holders_and_children_
     order = tmp_path / "order"
 
     def names() -> list[str]:
-        return order.read_text().split() if order.exists() else []
+        return order.read_text().splitlines() if order.exists() else []
 
     def holder(name: str, mode: str, *until: str, env: dict | None = None) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, str(script), name, mode, str(tmp_path), *until],
