@@ -64,18 +64,23 @@ def test_the_header_gives_the_load_average_at_start_and_at_end(monkeypatch):
             "2 CPUs", f"{_common.os.cpu_count()} CPUs")]
 
 
+def could_take(path, mode: int) -> bool:
+    """Whether this process could take the flock `mode` on `path` now (it lets go at once)."""
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
 def test_the_quick_pass_says_so_and_holds_the_cpu_lock_shared(monkeypatch, tmp_path):
     monkeypatch.setattr(_common, "LOCK_PATH", str(tmp_path / "cpu.lock"))
     monkeypatch.delenv(_common.HELD_ENV, raising=False)  # not covered by this test run's own hold
 
     def others_can_share() -> bool:
-        with open(_common.LOCK_PATH, "a") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            fcntl.flock(f, fcntl.LOCK_UN)
-            return True
+        return could_take(_common.LOCK_PATH, fcntl.LOCK_SH)
 
     monkeypatch.delenv(_common.QUICK_ENV, raising=False)
     with _common.cpu_lock(exclusive=True):
@@ -135,13 +140,7 @@ def test_a_waiting_benchmark_is_not_passed_by_later_shared_holders_and_children_
                                 env={**os.environ, **(env or {})})
 
     def gate_taken() -> bool:  # a request is in turn: the benchmark, blocked on the first holder's share
-        with open(tmp_path / "cpu.lock.gate", "a") as g:
-            try:
-                fcntl.flock(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(g, fcntl.LOCK_UN)
-            return False
+        return not could_take(tmp_path / "cpu.lock.gate", fcntl.LOCK_EX)
 
     first = holder("tests", "shared", "release")
     poll_until(lambda: names() == ["tests"], "the first holder never got its share")
