@@ -102,7 +102,8 @@ class Trajectory(_Strict):
     prediction for the production run, whatever it was made from (`source`): `autospeed train` compares its live
     curve with it (autospeed.train.on_track)."""
 
-    # confirmation: the curve of the winner's confirmation run with the median TTA (TTA: their median, min..max);
+    # confirmation: the curve of the winner's confirmation run with the median TTA (TTA: their median; range: where
+    # one more run falls, 80%, or min..max with fewer than 3 runs);
     # trial: the search trial's own curve, one measurement in a reused process; prediction: the trial's curve
     # extrapolated to the predicted crossing (80% interval), interpolated linearly in log seconds between
     source: Literal["confirmation", "trial", "prediction"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -52,6 +53,27 @@ from autospeed.space import load_spec  # noqa: E402
 
 KNOBS = ("batch_size", "accumulation_steps", "optimizer", "lr", "schedule", "warmup_fraction", "precision",
          "compile", "max_train_seconds", "epochs", "eval_every_epochs")
+
+
+def prediction_check(ttas: list[float | None], trajectory: dict | None) -> str:
+    """The export's TTA prediction for the production run (`measured.trajectory`, which `autospeed train` checks
+    against) beside the runs timed here: each run's TTA over the prediction, their median |log|, and how many fell
+    inside its range (issue 43: within 25%, median |log| <= 0.22; an 80% range holding 70-90%)."""
+    if not trajectory:
+        return "The export carries no TTA prediction (`measured.trajectory`): nothing to check."
+    predicted, low, high = (trajectory.get(k) for k in ("tta_seconds", "tta_low_seconds", "tta_high_seconds"))
+    logs = sorted(abs(math.log(t / predicted)) if t else math.inf for t in ttas)
+    err = statistics.median(logs)
+    ratios = ", ".join(f"{t / predicted:.2f}x" if t else "missed" for t in ttas)
+    text = (f"The export's prediction of the production TTA (`measured.trajectory`, from its {trajectory['source']}): "
+            f"~{predicted:.2f} s" + (f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None else "")
+            + f". The runs here took {ratios} of it: median |log(measured / predicted)| **{err:.2f}** (goal within "
+            f"25%, <= 0.22: {'met' if err <= 0.22 else 'NOT met'})")
+    if low is None or high is None:
+        return text + "; it gives no range."
+    inside = sum(1 for t in ttas if t and low <= t <= high)
+    return text + (f"; **{inside} of {len(ttas)}** inside its range ({trajectory.get('note', '')}; goal for an 80% "
+                   f"range: 70-90% of runs)")
 
 
 def claim(measured: dict) -> tuple[str, str, str]:
@@ -177,6 +199,7 @@ def main() -> None:
     lines += [
         "", f"**Speed-up measured here (ratio of medians, interval over seeds): {speedup}** ({verdict}).", "",
         f"Check of the search's claim: {inside(ratio, measured)}.", "",
+        f"{prediction_check(ttas['exported'], measured.get('trajectory'))}.", "",
         "| | search's claim (best.yaml `measured`) | measured here |", "| --- | --- | --- |",
         f"| exported recipe, TTA s | {claimed_best} | {bound(mw)} (median of {args.repeats}) |",
         f"| baseline, TTA s | {claimed_base} | {bound(mb)} (median of {args.repeats}) |",

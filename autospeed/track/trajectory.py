@@ -3,7 +3,9 @@
 
 What it is made from, in order of what the search has:
   * confirmation: the winner's confirmation run whose TTA is nearest their median (its evaluations up to the
-    target); expected TTA their median, its range min..max;
+    target); expected TTA their median, its range where one more run falls, 80% (outcome.next_run_interval, the
+    spread pooled over every recipe's confirmation runs and the drift between sessions added: the production run
+    is one more run, in another sitting), min..max when that cannot be computed (fewer than 3 runs, a miss);
   * trial: an unconfirmed winner that reached in its trial: the trial's own curve, one measurement;
   * prediction: an unconfirmed winner that did not reach: its trial's curve, then the predicted crossing of the
     target (80% interval), with the metric interpolated linearly in log seconds between the last evaluation and
@@ -14,12 +16,14 @@ from __future__ import annotations
 
 import math
 
+from autospeed.outcome import SESSION_LOG_SD, log_spread, next_run_interval
 from autospeed.recipe import Measured, Trajectory
 from autospeed.track import names
 from autospeed.track.runs import child_runs
 
 MAX_POINTS = 200  # of a curve in best.yaml: every evaluation of a long run would bloat the file
 BRIDGE_POINTS = 16  # from the trial's last evaluation to a predicted crossing
+RANGE_CONFIDENCE = 0.8  # a confirmed trajectory's TTA range: where the production run falls, as a prediction's 80%
 
 
 def curve_of(client, run_id: str, metric: str) -> list[tuple[float, float]]:
@@ -37,12 +41,28 @@ def thinned(points: list[tuple[float, float]], most: int = MAX_POINTS) -> list[t
     return points[::step][: most - 1] + [points[-1]]
 
 
-def _confirm_runs(client, parent, trial_id: str) -> list:
+def _confirm_runs(client, parent) -> dict[str, list]:
+    """The search's finished confirmation runs (of its last confirmation, when an extended search confirmed again),
+    by the trial id of the recipe each trained."""
     trials = parent.data.metrics.get(names.M_CONFIRM_TRIALS)
-    runs = child_runs(client, parent, names.KIND_CONFIRM, {names.TAG_TRIAL_ID: trial_id},
-                      where="attributes.status = 'FINISHED'")
-    return [r for r in runs if r.data.metrics.get(names.M_TTA) is not None
-            and (trials is None or r.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)))]
+    groups: dict[str, list] = {}
+    for run in child_runs(client, parent, names.KIND_CONFIRM, where="attributes.status = 'FINISHED'"):
+        if trials is None or run.data.tags.get(names.TAG_CONFIRM_TRIALS) == str(int(trials)):
+            groups.setdefault(run.data.tags.get(names.TAG_TRIAL_ID, ""), []).append(run)
+    return groups
+
+
+def tta_range(ttas: dict[str, list[float | None]], trial_id: str, measured: Measured
+              ) -> tuple[float | None, float | None, str]:
+    """A confirmed winner's TTA range for its production run and how it was made: where one more run falls, 80%
+    (its runs' centre, the spread pooled over every recipe's confirmation TTAs in `ttas` (trial id -> TTAs, None
+    a miss), the between-session drift added); the runs' min..max when no interval can be computed."""
+    low, high = next_run_interval(ttas.get(trial_id, []), RANGE_CONFIDENCE, log_spread(ttas.values()),
+                                  session_sd=SESSION_LOG_SD)
+    if low is None:
+        return measured.tta_seconds_min, measured.tta_seconds_max, "min..max"
+    return low, high, (f"range: where one more run falls, {RANGE_CONFIDENCE:.0%} (spread pooled over every "
+                       f"confirmed recipe's runs, {100 * SESSION_LOG_SD:.1f}% drift between sessions added)")
 
 
 def trajectory_of(client, parent, best, target, measured: Measured) -> Trajectory | None:
@@ -50,7 +70,8 @@ def trajectory_of(client, parent, best, target, measured: Measured) -> Trajector
     decided; None when there is nothing to draw it from."""
     kind = dict(metric=target.metric, mode=target.mode)
     if measured.confirmed:
-        runs = _confirm_runs(client, parent, best.trial_id)
+        groups = _confirm_runs(client, parent)
+        runs = [r for r in groups.get(best.trial_id, []) if r.data.metrics.get(names.M_TTA) is not None]
         if not runs or measured.tta_seconds_median is None:
             return None
         median = measured.tta_seconds_median
@@ -58,11 +79,13 @@ def trajectory_of(client, parent, best, target, measured: Measured) -> Trajector
         points = [p for p in curve_of(client, run.info.run_id, target.metric) if p[0] <= run.data.metrics[names.M_TTA]]
         if not points:
             return None
-        return Trajectory(source="confirmation", **kind, tta_seconds=median, tta_low_seconds=measured.tta_seconds_min,
-                          tta_high_seconds=measured.tta_seconds_max, points=thinned(points),
+        low, high, how = tta_range({trial: [r.data.metrics.get(names.M_TTA) for r in group]
+                                    for trial, group in groups.items()}, best.trial_id, measured)
+        return Trajectory(source="confirmation", **kind, tta_seconds=median, tta_low_seconds=low,
+                          tta_high_seconds=high, points=thinned(points),
                           note=f"the curve of the confirmation run with the TTA nearest the median of "
                                f"{measured.repeats} (seed {run.data.params.get('seed', '?')}); TTA: their median, "
-                               f"min..max")
+                               f"{how}")
     points = curve_of(client, best.run_id, target.metric)
     if not points:  # a run that logged no evaluation: nothing to draw a curve from
         return None

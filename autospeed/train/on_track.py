@@ -8,8 +8,8 @@ end where the measured TTA fell against it.
 The comparison is in time, the unit of the TTA: at the first evaluation past a checkpoint, the live run's best
 metric so far is looked up on the expected curve's best so far, and `pace` = the live train seconds / the seconds
 the expected curve took to reach the same value (1.5: the live run took 1.5x as long). On track means pace inside
-the expectation's own range (its TTA's low and high over its TTA: the confirmation runs' min..max, or the 80%
-interval of a prediction), widened to at least 0.9-1.1 so that one run's timing noise is not called a trend.
+the expectation's own range (its TTA's low and high over its TTA: where one more confirmation run falls, 80%,
+or the 80% interval of a prediction), widened to at least 0.9-1.1 so that one run's timing noise is not called a trend.
 Standard library only: the trainer's side of the boundary.
 """
 

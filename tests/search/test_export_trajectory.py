@@ -11,13 +11,14 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from autospeed.recipe import load_recipe
+from autospeed.outcome import SESSION_LOG_SD, log_spread, next_run_interval
+from autospeed.recipe import Measured, load_recipe
 from autospeed.search.confirm import run_confirmation
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir
 from autospeed.track import names, writers
 from autospeed.track.export import best_recipe_yaml
-from autospeed.track.trajectory import curve_of
+from autospeed.track.trajectory import curve_of, tta_range
 
 from .test_confirm_long import NONE_REACHED, PRODUCTION_SECONDS, confirm_runs, long_spec, make_search
 
@@ -86,3 +87,16 @@ def test_a_confirmed_winner_carries_the_curve_of_its_confirmation_run(client, tm
     assert traj.points[-1][0] == tta and traj.points[-1][1] >= 0.9
     assert yaml.safe_load((tmp_path / "confirmed.yaml").read_text())["measured"]["trajectory"]["metric"] == \
         "val_accuracy"
+
+
+def test_a_confirmed_winners_range_is_where_the_production_run_falls_not_its_runs_min_to_max():
+    ttas = {"w": [1.0, 1.1, 1.3], "base": [6.0, 6.6, 6.3], "other": [2.0, 2.4, None]}
+    measured = Measured(search_name="s", search_id="1", trial_id="w", tta_seconds=1.1, confirmed=True,
+                        tta_seconds_median=1.1, tta_seconds_min=1.0, tta_seconds_max=1.3, repeats=3)
+    low, high, how = tta_range(ttas, "w", measured)
+    # 3 runs' min..max holds one more run half the time; an 80% interval is wider on both sides
+    assert low < 1.0 and high > 1.3 and "80%" in how
+    assert (low, high) == next_run_interval([1.0, 1.1, 1.3], 0.8, log_spread([[1.0, 1.1, 1.3], [6.0, 6.6, 6.3]]),
+                                            session_sd=SESSION_LOG_SD)  # the miss says nothing of the spread
+    ttas["w"] = [1.0, None, 1.3]  # a run that missed: the centre is not known, the runs' own range stands
+    assert tta_range(ttas, "w", measured) == (1.0, 1.3, "min..max")
