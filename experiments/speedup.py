@@ -15,9 +15,10 @@ every run in a fresh `python -m autospeed train --config X --json --no-track`
 process. Reports median TTA (train clock), min, max and every run per recipe, the
 ratio of medians with its 90% interval (outcome.speedup_interval), whether it lies inside the
 search's printed interval, the wall-to-target speed-up, and the exported recipe's own
-claim (its `measured` section) beside it. Timing runs hold /tmp/cpu.lock exclusively;
-the search holds it shared. Writes --out and a copy of the measured recipe beside it
-(<out stem>_best.yaml).
+claim (its `measured` section) beside it, and its prediction of the production TTA
+(`measured.trajectory`) against the exported recipe's runs. Timing runs and the search hold
+/tmp/cpu.lock exclusively (the search's confirmation measures the TTA the export predicts).
+Writes --out and a copy of the measured recipe beside it (<out stem>_best.yaml).
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ def main() -> None:
     spec = load_spec(args.space)
     if args.best:
         best_path = Path(args.best)
-    else:  # shared CPU lock: the search's recipe is measured here, not its wall time
-        searched = search_and_export(Path(args.space), work, "speedup-exp", args.trials, exclusive=False)
+    else:  # exclusive CPU lock: its confirmation measures the TTA the export predicts, checked here
+        searched = search_and_export(Path(args.space), work, "speedup-exp", args.trials, exclusive=True)
         if searched.best_path is None:
             raise SystemExit(f"speedup: `autospeed export` of the search in {work} failed: {searched.export_error}")
         best_path = searched.best_path
