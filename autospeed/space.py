@@ -219,6 +219,14 @@ def _check_predict(spec: SearchSpec, source: str) -> None:
             raise UserError(f"{source}: key 'space.schedule.choice': '{value}' decays over the whole run; {fix}")
 
 
+def _check_exploration_cap(spec: SearchSpec, source: str) -> None:
+    """A cap in baseline runs needs the baseline run's length before the trials start."""
+    if spec.budget.exploration_baseline_runs is not None and spec.confirm.baseline_tta_seconds is None:
+        raise UserError(f"{source}: key 'budget.exploration_baseline_runs': the cap counts baseline runs, so the "
+                        f"search needs the baseline's TTA before its trials: set confirm.baseline_tta_seconds (your "
+                        f"baseline's train-clock seconds to the target, with baseline_tta_note), or drop the key")
+
+
 def _unknown_knob(source: str, path: str, key: str) -> None:
     import difflib
 
@@ -265,6 +273,7 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
         raise
     _check_layers(spec, source)
     _check_predict(spec, source)
+    _check_exploration_cap(spec, source)
     most, asked_by = spec.most_workers()
     if most > 1 and spec.resources.gpus_per_trial > 1:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "

@@ -186,19 +186,66 @@ class BaselineKeepingASHA(ASHAScheduler):
                 self.on_trial_remove(None, past)
 
 
+class ExplorationBudget:
+    """budget.exploration_baseline_runs as seconds of train clock: every trial's latest train_seconds, summed,
+    against `cap_seconds`. A resumed search starts from its finished trials' (`spent`: trial id -> seconds)."""
+
+    def __init__(self, cap_seconds: float, spent: dict[str, float] | None = None):
+        self.cap_seconds = cap_seconds
+        self.seconds: dict[str, float] = dict(spent or {})
+
+    def record(self, trial_id: str, result: dict | None) -> None:
+        if result and result.get("train_seconds") is not None:
+            self.seconds[trial_id] = max(self.seconds.get(trial_id, 0.0), float(result["train_seconds"]))
+
+    @property
+    def spent_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    def spent(self) -> bool:
+        return self.spent_seconds >= self.cap_seconds
+
+
 class SearchUpTo(SearchGenerator):
     """Tune's own search loop around the Optuna searcher, for `total` trials.
 
     A resumed search restores the loop's state, trial count included, from its experiment
     folder; `--resume --trials N` extends it: the restored count is raised to N, and the
-    restored Optuna study and sampler go on asking (the new trials follow the old ones)."""
+    restored Optuna study and sampler go on asking (the new trials follow the old ones).
 
-    def __init__(self, searcher, total: int):
+    With an ExplorationBudget, no trial starts once it is spent: the loop finishes (Tune saves that with its state)
+    and `on_spent(n)` is told the n trials this Tune experiment created, so the search's own count can become them."""
+
+    def __init__(self, searcher, total: int, budget: ExplorationBudget | None = None, on_spent=None):
         super().__init__(searcher)
         self.total = total
+        self.budget, self.on_spent = budget, on_spent
 
     def set_state(self, state: dict) -> None:
         super().set_state({**state, "total_samples": max(state["total_samples"], self.total)})
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its search loop into tuner.pkl; the budget and its callback are this process's (they hold
+        # the tracking client), and a resumed search attaches its own loop (_ray.reattach)
+        return {**self.__dict__, "budget": None, "on_spent": None}
+
+    def next_trial(self):
+        if self.budget is not None and not self._finished and self.budget.spent():
+            self._finished = True
+            if self.on_spent is not None:
+                self.on_spent(self._counter)
+            return None
+        return super().next_trial()
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if self.budget is not None:
+            self.budget.record(trial_id, result)
+        super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if self.budget is not None:
+            self.budget.record(trial_id, result)
+        super().on_trial_complete(trial_id, result=result, error=error)
 
 
 def make_scheduler(spec: SearchSpec) -> TrialScheduler:
@@ -233,7 +280,8 @@ class ErrorStreakStopper(Stopper):
 
 
 def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *, trials: int, concurrent: int,
-                seed: int, resume: str | None, verbose: bool) -> tuple[tune.Tuner, LedgerFirstOptuna]:
+                seed: int, resume: str | None, verbose: bool, budget: ExplorationBudget | None = None,
+                on_spent=None) -> tuple[tune.Tuner, LedgerFirstOptuna]:
     """A Tuner for `trials` trials and its Optuna searcher (the tracking callback tells it each result once the
     ledger holds it). `resume`: None (a new search), "restore" (the search's own Tuner from its whole experiment
     state, `Tuner.restore`; `trials` is that Tuner's own count: the search's less those finished before it
@@ -244,7 +292,8 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
     ASHA refilled from the finished trials, and its callback and stopper."""
     stopper = ErrorStreakStopper(callback)
     searcher = make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed)
-    search = SearchUpTo(ConcurrencyLimiter(searcher, max_concurrent=concurrent), total=trials)
+    search = SearchUpTo(ConcurrencyLimiter(searcher, max_concurrent=concurrent), total=trials, budget=budget,
+                        on_spent=on_spent)
     scheduler = make_scheduler(spec)
     if resume and isinstance(scheduler, BaselineKeepingASHA):
         scheduler.replay(search_dir.histories())
