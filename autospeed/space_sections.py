@@ -19,8 +19,8 @@ class Budget(Strict):
     trials: int = Field(24, ge=1)
     max_train_seconds: float = Field(30.0, gt=0)  # per trial, train clock
     # A cap on the whole exploration, in baseline runs (needs confirm.baseline_tta_seconds): once the trials' train
-    # clock, summed, reaches this many times the baseline's TTA, no new trial starts (a running one ends as its
-    # budget and ASHA say) and the search goes on to confirmation with the trials it has. null: `trials` alone.
+    # clock, summed, reaches this many times the baseline's TTA, no new trial starts, a running one but the baseline
+    # ends at its next report, and the search goes on to confirmation with the trials it has. null: `trials` alone.
     exploration_baseline_runs: float | None = Field(None, gt=0)
 
 

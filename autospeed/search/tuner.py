@@ -213,8 +213,9 @@ class SearchUpTo(SearchGenerator):
     folder; `--resume --trials N` extends it: the restored count is raised to N, and the
     restored Optuna study and sampler go on asking (the new trials follow the old ones).
 
-    With an ExplorationBudget, no trial starts once it is spent: the loop finishes (Tune saves that with its state)
-    and `on_spent(n)` is told the n trials this Tune experiment created, so the search's own count can become them."""
+    With an ExplorationBudget, no trial starts once it is spent (ErrorStreakStopper ends the running ones): the loop
+    finishes (Tune saves that with its state) and `on_spent(n)` is told the n trials this Tune experiment created,
+    so the search's own count can become them."""
 
     def __init__(self, searcher, total: int, budget: ExplorationBudget | None = None, on_spent=None):
         super().__init__(searcher)
@@ -261,17 +262,22 @@ def make_scheduler(spec: SearchSpec) -> TrialScheduler:
 class ErrorStreakStopper(Stopper):
     """Ends the whole search when the tracking callback has seen the same error too many
     trials in a row (callback.stop_reason): the search is broken, not the recipes; or when it
-    halts the search (callback.halt: run.py then stops it as interrupted).
+    halts the search (callback.halt: run.py then stops it as interrupted). With an ExplorationBudget, a spent one
+    also ends every running trial but the baseline (the speed-up's reference) at its next report.
 
     Tune pickles its stopper into the experiment state; the callback pickles to nothing,
     and a resumed search attaches this process's stopper and callback (_ray.reattach).
     """
 
-    def __init__(self, callback):
+    def __init__(self, callback, budget: ExplorationBudget | None = None):
         self.callback = callback
+        self.budget = budget
 
     def __call__(self, trial_id, result) -> bool:
-        return False
+        if self.budget is None:
+            return False
+        self.budget.record(trial_id, result)
+        return self.budget.spent() and not (result.get("config") or {}).get("baseline")
 
     def stop_all(self) -> bool:
         # also when the callback halts the search (a tracking store silent past its grace, a full disk)
@@ -290,7 +296,7 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
 
     A resumed one runs with this process's search loop (raised to `trials` when the search was extended), its
     ASHA refilled from the finished trials, and its callback and stopper."""
-    stopper = ErrorStreakStopper(callback)
+    stopper = ErrorStreakStopper(callback, budget)
     searcher = make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed)
     search = SearchUpTo(ConcurrencyLimiter(searcher, max_concurrent=concurrent), total=trials, budget=budget,
                         on_spent=on_spent)

@@ -1,6 +1,7 @@
 """budget.exploration_baseline_runs: a cap on the whole exploration in baseline runs (the given baseline TTA). Once
-the trials' train clock, summed, reaches it, no new trial starts, the search ends normally with the trials it has,
-and its count becomes those (a resume trains no more). One real search (Ray, Optuna, MLflow) on digits."""
+the trials' train clock, summed, reaches it, the running trial ends at its next report, no new trial starts, the
+search ends normally with the trials it has, and its count becomes those (a resume trains no more). One real search
+(Ray, Optuna, MLflow) on digits."""
 
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ def test_a_capped_search_starts_no_trial_once_the_trials_spent_the_cap_and_ends_
     assert len(said) == 1, search.stdout
     trials = [r for r in runs_of(tmp_path, "capped") if r.data.tags["autospeed.kind"] == "trial"]
     assert 1 < len(trials) < 8 and f"no new trial after {len(trials)} trials of 8" in said[0]
-    seconds = sorted((r.info.start_time, r.data.metrics["train_seconds"]) for r in trials)
+    trials.sort(key=lambda r: r.info.start_time)
+    seconds = [r.data.metrics["train_seconds"] for r in trials]
     cap = CAP_RUNS * BASELINE_TTA_SECONDS
-    assert sum(s for _, s in seconds) >= cap  # spent when the search stopped starting trials
-    assert sum(s for _, s in seconds[:-1]) < cap  # and the last one started while some was left
+    assert sum(seconds) >= cap  # spent when the search stopped starting trials
+    assert sum(seconds[:-1]) < cap  # and the last one started while some was left
+    # the budget ended the last one at the report that spent it, before its own budget
+    assert seconds[-1] < TRIAL_SECONDS and trials[-1].data.tags["autospeed.status"] == "stopped_early"
     state = json.loads(next((tmp_path / "runs").rglob("autospeed_search.state")).read_text())
     assert state["trials"] == len(trials)  # what a resume counts: every trial finished, none to add
 
