@@ -217,30 +217,47 @@ def quality_lines(data: dict) -> list[str]:
 # the incumbent's high bound). The flat arms' budget is the halving search's own trial train seconds / its trials:
 # equal exploration compute on the train clock, seed by seed.
 ARMS = {"halving": [],
-        "flat": ["asha.enabled=false", "predict.enabled=false", "budget.max_train_seconds={flat}"],
+        "flat": ["asha.enabled=false", "predict.enabled=false", "budget.max_train_seconds={flat}",
+                 "budget.trials={trials}"],
         "predict": ["asha.enabled=false", "predict.enabled=true", "predict.early_stop=true",
-                    "budget.max_train_seconds={flat}"]}
+                    "budget.max_train_seconds={flat}", "budget.trials={trials}"]}
 
 
-def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path) -> None:
+CAP_TRIALS = 24  # the halving arm's trial count under --cap: more than the cap lets it start
+
+
+def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path, cap: float | None = None) -> None:
     from autospeed.space import load_spec
     from autospeed.track import names, runs
     from autospeed.track.store import connect
 
     spec = load_spec(space)
+    baseline = spec.recipe_for({}, baseline=True).model_copy(
+        update={"max_train_seconds": spec.confirm.max_train_seconds or FULL_SECONDS})
+    recipes = {"baseline": json.loads(baseline.model_dump_json(exclude_none=True))}
+    capped = []  # --cap: the halving arm's exploration capped at `cap` runs of the baseline, measured first
+    if cap is not None:
+        first = time_interleaved(recipes, [600 + r for r in range(3)], work / "first")["baseline"]
+        given = statistics.median(r["tta_seconds"] for r in first)
+        capped = [f"budget.trials={CAP_TRIALS}", f"budget.exploration_baseline_runs={cap:g}",
+                  f"confirm.baseline_tta_seconds={given:.3f}",
+                  "confirm.baseline_tta_note=median of 3 fresh baseline runs before the searches"]
+        print(f"baseline first: {[r['tta_seconds'] for r in first]}, given {given:.3f} s", flush=True)
     searches = []
     for seed in seeds:
-        flat = None
+        flat = trials = None
         for arm, overrides in ARMS.items():
             name = f"long-{arm}-s{seed}"
             variant = write_space_variant(space, [f"sampler.seed={seed}", "confirm.repeats=0",
-                                                  *(o.format(flat=flat) for o in overrides)], name, work)
+                                                  *(capped if arm == "halving" else []),
+                                                  *(o.format(flat=flat, trials=trials) for o in overrides)],
+                                          name, work)
             run = search_and_export(variant, work, name, exclusive=True)
             client = connect(run.tracking_uri)
             rows = runs.trial_rows(client, runs.find_parent(client, name))
             trained = sum(r.metrics.get(names.M_TRAIN_SECONDS, 0.0) for r in rows)
-            if flat is None:  # the halving search sets the flat arms' budget
-                flat = round(trained / len(rows), 2)
+            if flat is None:  # the halving search sets the flat arms' budget and, capped, their count of trials
+                flat, trials = round(trained / len(rows), 2), len(rows)
             best = next(r for r in runs.ranked(rows) if not r.baseline)
             budget = f"{flat:.2f}" if overrides else \
                 f"ASHA rungs {spec.asha.grace_seconds:g}-{spec.budget.max_train_seconds:g}"
@@ -249,13 +266,17 @@ def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Pat
                              "winner": best.trial_id, "recipe": _recipe_yaml(client, best.run_id, spec)})
             print(f"{name}: {run.wall_seconds:.0f} s wall, {trained:.1f} s of trials' train clock, winner "
                   f"{best.trial_id}", flush=True)
-    baseline = spec.recipe_for({}, baseline=True).model_copy(
-        update={"max_train_seconds": spec.confirm.max_train_seconds or FULL_SECONDS})
-    recipes = {"baseline": json.loads(baseline.model_dump_json(exclude_none=True))}
     for s in searches:
         recipes.setdefault(s["name"], s["recipe"])
     timed = time_interleaved(recipes, [700 + r for r in range(repeats)], work / "timed")
-    write_results(out, payback_text(searches, timed, space, repeats))
+    text = payback_text(searches, timed, space, repeats)
+    if cap is not None:
+        text = (f"Capped (`--cap {cap:g}`): the baseline first trained 3 times in fresh processes (TTA "
+                f"{', '.join(f'{r:.2f}' for r in (x['tta_seconds'] for x in first))} s), their median given to the "
+                f"halving arm as confirm.baseline_tta_seconds ({given:.3f} s) with budget.exploration_baseline_runs "
+                f"{cap:g} and {CAP_TRIALS} trials, so the cap, not the count, ends its exploration; the flat arms run "
+                f"as many trials as it did, at its train seconds / its trials each.\n\n" + text)
+    write_results(out, text)
 
 
 def _recipe_yaml(client, run_id: str, spec) -> dict:
@@ -341,6 +362,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="payback: sampler seeds")
     parser.add_argument("--repeats", type=int, default=5, help="payback: fresh-process runs per recipe")
     parser.add_argument("--curves", default=f"{RESULTS}/long_job_curves.json")
+    parser.add_argument("--cap", type=float, default=None, help="payback: cap the halving arm's exploration at this "
+                        "many baseline runs (budget.exploration_baseline_runs), the baseline measured first")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.part == "curves":
@@ -356,7 +379,7 @@ def main() -> None:
             raise SystemExit("long_job --part payback runs searches; the quick pass starts no Ray")
         with tempfile.TemporaryDirectory() as tmp:
             run_payback(args.space, args.seeds, args.repeats, Path(args.out or f"{RESULTS}/long_job_payback.md"),
-                        Path(tmp))
+                        Path(tmp), args.cap)
 
 
 if __name__ == "__main__":
