@@ -224,6 +224,7 @@ ARMS = {"halving": [],
 
 
 CAP_TRIALS = 24  # the halving arm's trial count under --cap: more than the cap lets it start
+FIRST_RUNS = 5  # --cap: the baseline's fresh runs before the searches, their median the given TTA
 
 
 def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Path, cap: float | None = None) -> None:
@@ -235,13 +236,13 @@ def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Pat
     baseline = spec.recipe_for({}, baseline=True).model_copy(
         update={"max_train_seconds": spec.confirm.max_train_seconds or FULL_SECONDS})
     recipes = {"baseline": json.loads(baseline.model_dump_json(exclude_none=True))}
-    capped = []  # --cap: the halving arm's exploration capped at `cap` runs of the baseline, measured first
+    capped, first, given = [], [], None  # --cap: the halving arm's exploration capped at `cap` baseline runs
     if cap is not None:
-        first = time_interleaved(recipes, [600 + r for r in range(3)], work / "first")["baseline"]
+        first = time_interleaved(recipes, [600 + r for r in range(FIRST_RUNS)], work / "first")["baseline"]
         given = statistics.median(r["tta_seconds"] for r in first)
         capped = [f"budget.trials={CAP_TRIALS}", f"budget.exploration_baseline_runs={cap:g}",
                   f"confirm.baseline_tta_seconds={given:.3f}",
-                  "confirm.baseline_tta_note=median of 3 fresh baseline runs before the searches"]
+                  f"confirm.baseline_tta_note=median of {FIRST_RUNS} fresh baseline runs before the searches"]
         print(f"baseline first: {[r['tta_seconds'] for r in first]}, given {given:.3f} s", flush=True)
     searches = []
     for seed in seeds:
@@ -269,13 +270,14 @@ def run_payback(space: str, seeds: list[int], repeats: int, out: Path, work: Pat
     for s in searches:
         recipes.setdefault(s["name"], s["recipe"])
     timed = time_interleaved(recipes, [700 + r for r in range(repeats)], work / "timed")
-    text = payback_text(searches, timed, space, repeats)
-    if cap is not None:
-        text = (f"Capped (`--cap {cap:g}`): the baseline first trained 3 times in fresh processes (TTA "
-                f"{', '.join(f'{r:.2f}' for r in (x['tta_seconds'] for x in first))} s), their median given to the "
-                f"halving arm as confirm.baseline_tta_seconds ({given:.3f} s) with budget.exploration_baseline_runs "
-                f"{cap:g} and {CAP_TRIALS} trials, so the cap, not the count, ends its exploration; the flat arms run "
-                f"as many trials as it did, at its train seconds / its trials each.\n\n" + text)
+    first_ttas = ", ".join(f"{x['tta_seconds']:.2f}" for x in first)
+    preface = "" if cap is None else (
+        f"Capped (`--cap {cap:g}`): the baseline first trained {FIRST_RUNS} times in fresh processes (TTA "
+        f"{first_ttas} s), their median given to the halving arm as confirm.baseline_tta_seconds ({given:.3f} s) "
+        f"with budget.exploration_baseline_runs {cap:g} and {CAP_TRIALS} trials, so the cap, not the count, ends its "
+        f"exploration; the flat arms run as many trials as it did, at its train seconds / its trials each. Baseline "
+        f"runs below count the interleaved baseline runs' median, measured after the searches.\n\n")
+    text = payback_text(searches, timed, space, repeats, preface)
     write_results(out, text)
 
 
@@ -288,7 +290,7 @@ def _recipe_yaml(client, run_id: str, spec) -> dict:
     return data
 
 
-def payback_text(searches: list[dict], timed: dict, space: str, repeats: int) -> str:
+def payback_text(searches: list[dict], timed: dict, space: str, repeats: int, preface: str = "") -> str:
     from autospeed.outcome import median_tta, speedup, speedup_interval
 
     base = timed["baseline"]
@@ -346,7 +348,7 @@ def payback_text(searches: list[dict], timed: dict, space: str, repeats: int) ->
                   f"({'met' if not_worse == len(seeds) else 'not met'}); worse beyond its runs' scatter (the interval "
                   f"above wholly below 1): {worse_beyond} of {len(seeds)} seeds."]
     return results_header("Long jobs (b): payback of halving from the cut against the flat search and the "
-                          "predictor, at equal compute") + "\n".join(lines) + "\n"
+                          "predictor, at equal compute") + preface + "\n".join(lines) + "\n"
 
 
 def main() -> None:
