@@ -48,9 +48,7 @@ def run_trials(spec: SearchSpec, session: SearchSession, plan: TrialPlan) -> tup
         if to_run > 0:  # a rebuilt search whose trials had all finished has none left to run
             tuner, tracker.searcher = build_tuner(spec, _trainable(spec, session, plan), search_dir, tracker,
                                                   trials=to_run, concurrent=plan.concurrent, seed=plan.seed,
-                                                  resume=mode, verbose=plan.verbose, budget=budget,
-                                                  on_spent=functools.partial(_exploration_spent, spec, session,
-                                                                             budget))
+                                                  resume=mode, verbose=plan.verbose, budget=budget)
             tuner.fit()  # on Ctrl-C/SIGTERM Tune stops the trials, saves the experiment and returns
     except KeyboardInterrupt:
         interrupted = True
@@ -62,11 +60,9 @@ def run_trials(spec: SearchSpec, session: SearchSession, plan: TrialPlan) -> tup
         tracker.view.close()
     if tracker.halt is not None:  # Tune holds the trials it stopped as ended: the resume rebuilds (records.resume_plan)
         return True, None, tracker.halt
-    # a spent exploration budget made the search's count the trials it started (_exploration_spent); one spent
-    # before `--resume --trials N` raised the count again starts none of them, so its trials are those finished
     total = search_dir.read_state().get("trials", plan.total)
     if budget is not None and budget.spent() and not interrupted:
-        total = min(total, len(search_dir.finished_ids()))
+        total = _exploration_spent(spec, session, budget, total)
     return _trials_ended(spec, session, tracker, total, interrupted)
 
 
@@ -82,22 +78,20 @@ def _exploration_budget(spec: SearchSpec, session: SearchSession):
     return ExplorationBudget(runs_ * spec.confirm.baseline_tta_seconds, spent)
 
 
-def _exploration_spent(spec: SearchSpec, session: SearchSession, budget, created: int) -> None:
-    """The exploration budget is spent and no new trial starts: the search's count of trials becomes those it
-    started (`created` by this Tune experiment, after the TUNE_BASE trials a rebuilt resume began with), kept in
-    its state, so that a resume, the search's end and its report count these and no more. Said in one line."""
-    from autospeed.search.records import TUNE_BASE, counted
+def _exploration_spent(spec: SearchSpec, session: SearchSession, budget, total: int) -> int:
+    """The trials ended with the exploration budget spent: the search's count of trials becomes those it started,
+    every one finished (kept in its state, so that a resume and `--resume --trials N` add none), said in one line.
+    Returns that count."""
+    from autospeed.search.records import counted
 
-    state = session.search_dir.read_state()
-    # never below the trials already in the ledger, never above the count asked for
-    started = min(max(state.get(TUNE_BASE, 0) + created, len(session.search_dir.finished_ids())),
-                  state.get("trials", spec.budget.trials))
-    session.search_dir.write_state({**state, "trials": started})
-    print(f"exploration budget spent: {budget.spent_seconds:.1f} s of the trials' train clock >= "
-          f"{spec.budget.exploration_baseline_runs:g} baseline runs ({budget.cap_seconds:.1f} s, the given "
-          f"baseline TTA {spec.confirm.baseline_tta_seconds:g} s each): no new trial after "
-          f"{counted(started, 'trial')} of {state.get('trials', spec.budget.trials)}",
-          file=session.console, flush=True)
+    started = len(session.search_dir.finished_ids())
+    if started < total:
+        session.search_dir.write_state({**session.search_dir.read_state(), "trials": started})
+        print(f"exploration budget spent: {budget.spent_seconds:.1f} s of the trials' train clock >= "
+              f"{spec.budget.exploration_baseline_runs:g} baseline runs ({budget.cap_seconds:.1f} s, the given "
+              f"baseline TTA {spec.confirm.baseline_tta_seconds:g} s each): no new trial after "
+              f"{counted(started, 'trial')} of {total}", file=session.console, flush=True)
+    return min(started, total)
 
 
 def _trainable(spec: SearchSpec, session: SearchSession, plan: TrialPlan):

@@ -213,40 +213,22 @@ class SearchUpTo(SearchGenerator):
     folder; `--resume --trials N` extends it: the restored count is raised to N, and the
     restored Optuna study and sampler go on asking (the new trials follow the old ones).
 
-    With an ExplorationBudget, no trial starts once it is spent (ErrorStreakStopper ends the running ones): the loop
-    finishes (Tune saves that with its state) and `on_spent(n)` is told the n trials this Tune experiment created,
-    so the search's own count can become them."""
+    With an ExplorationBudget, no trial starts once it is spent (ErrorStreakStopper, which sees every report, keeps
+    its count and ends the running ones): the loop finishes, and Tune saves that with its state."""
 
-    def __init__(self, searcher, total: int, budget: ExplorationBudget | None = None, on_spent=None):
+    def __init__(self, searcher, total: int, budget: ExplorationBudget | None = None):
         super().__init__(searcher)
         self.total = total
-        self.budget, self.on_spent = budget, on_spent
+        self.budget = budget
 
     def set_state(self, state: dict) -> None:
         super().set_state({**state, "total_samples": max(state["total_samples"], self.total)})
 
-    def __getstate__(self) -> dict:
-        # Tune pickles its search loop into tuner.pkl; the budget and its callback are this process's (they hold
-        # the tracking client), and a resumed search attaches its own loop (_ray.reattach)
-        return {**self.__dict__, "budget": None, "on_spent": None}
-
     def next_trial(self):
-        if self.budget is not None and not self._finished and self.budget.spent():
+        if self.budget is not None and self.budget.spent():
             self._finished = True
-            if self.on_spent is not None:
-                self.on_spent(self._counter)
             return None
         return super().next_trial()
-
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if self.budget is not None:
-            self.budget.record(trial_id, result)
-        super().on_trial_result(trial_id, result)
-
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if self.budget is not None:
-            self.budget.record(trial_id, result)
-        super().on_trial_complete(trial_id, result=result, error=error)
 
 
 def make_scheduler(spec: SearchSpec) -> TrialScheduler:
@@ -286,8 +268,8 @@ class ErrorStreakStopper(Stopper):
 
 
 def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *, trials: int, concurrent: int,
-                seed: int, resume: str | None, verbose: bool, budget: ExplorationBudget | None = None,
-                on_spent=None) -> tuple[tune.Tuner, LedgerFirstOptuna]:
+                seed: int, resume: str | None, verbose: bool,
+                budget: ExplorationBudget | None = None) -> tuple[tune.Tuner, LedgerFirstOptuna]:
     """A Tuner for `trials` trials and its Optuna searcher (the tracking callback tells it each result once the
     ledger holds it). `resume`: None (a new search), "restore" (the search's own Tuner from its whole experiment
     state, `Tuner.restore`; `trials` is that Tuner's own count: the search's less those finished before it
@@ -298,8 +280,7 @@ def build_tuner(spec: SearchSpec, trainable, search_dir: SearchDir, callback, *,
     ASHA refilled from the finished trials, and its callback and stopper."""
     stopper = ErrorStreakStopper(callback, budget)
     searcher = make_searcher(spec, search_dir.optuna_url, spec.name, concurrent, seed)
-    search = SearchUpTo(ConcurrencyLimiter(searcher, max_concurrent=concurrent), total=trials, budget=budget,
-                        on_spent=on_spent)
+    search = SearchUpTo(ConcurrencyLimiter(searcher, max_concurrent=concurrent), total=trials, budget=budget)
     scheduler = make_scheduler(spec)
     if resume and isinstance(scheduler, BaselineKeepingASHA):
         scheduler.replay(search_dir.histories())
