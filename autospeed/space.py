@@ -274,6 +274,9 @@ def spec_from_dict(data: Any, source: str) -> SearchSpec:
     _check_layers(spec, source)
     _check_predict(spec, source)
     _check_exploration_cap(spec, source)
+    conflict = spec.confirm.file_conflict()
+    if conflict:
+        raise UserError(f"{source}: key 'confirm': {conflict}")
     most, asked_by = spec.most_workers()
     if most > 1 and spec.resources.gpus_per_trial > 1:
         raise UserError(f"{source}: key 'resources.gpus_per_trial': each data-parallel worker takes one GPU and "

@@ -75,24 +75,35 @@ class Confirm(Strict):
 
     @model_validator(mode="after")
     def _runs_fit(self) -> "Confirm":
-        mode, given = self.runs_mode, self.model_fields_set
+        mode = self.runs_mode
         if mode == "rounds":
             return self
-        default = "" if "runs" in given else " (the default with baseline_tta_seconds)"
         if self.baseline_tta_seconds is None:
             raise ValueError(f"runs: {mode} needs baseline_tta_seconds: without a known baseline TTA the baseline "
                              f"must be run too; give it (with baseline_tta_note) or set runs: rounds")
-        if "repeats" in given and self.repeats > 1 or self.max_repeats:
-            key, value = ("repeats", self.repeats) if self.repeats > 1 else ("max_repeats", self.max_repeats)
-            raise ValueError(f"runs: {mode}{default} trains each recipe at most once, not {key}: {value}; drop "
-                             f"{key}, or set runs: rounds for interleaved rounds")
-        if mode == "one" and "top_k" in given and self.top_k > 1:
-            raise ValueError(f"runs: one trains only the search's best, not top_k: {self.top_k}; drop top_k, or set "
-                             f"runs: fewest")
+        if self.max_repeats:
+            raise ValueError(self._once(mode, "max_repeats", self.max_repeats))
         if mode == "one" and self.ablation:
             raise ValueError("runs: one trains exactly one run, and ablation re-times the winner once per knob; drop "
                              "ablation, or set runs: fewest")
         return self
+
+    def file_conflict(self) -> str | None:
+        """What the file's own confirm keys ask that `runs` fewest or one cannot do: repeats above 1, top_k above 1
+        with one. Checked where a space file is read (space.spec_from_dict), not as the model validates: only the
+        file knows which keys it gave, and a spec read back from its JSON (a trial's) has every field set."""
+        mode, given = self.runs_mode, self.model_fields_set
+        if mode != "rounds" and "repeats" in given and self.repeats > 1:
+            return self._once(mode, "repeats", self.repeats)
+        if mode == "one" and "top_k" in given and self.top_k > 1:
+            return (f"runs: one trains only the search's best, not top_k: {self.top_k}; drop top_k, or set runs: "
+                    f"fewest")
+        return None
+
+    def _once(self, mode: str, key: str, value: int) -> str:
+        default = "" if "runs" in self.model_fields_set else " (the default with baseline_tta_seconds)"
+        return (f"runs: {mode}{default} trains each recipe at most once, not {key}: {value}; drop {key}, or set runs: "
+                f"rounds for interleaved rounds")
 
     @model_validator(mode="after")
     def _note_with_tta(self) -> "Confirm":

@@ -11,7 +11,7 @@ import yaml
 
 from autospeed.cli import main
 from autospeed.errors import UserError
-from autospeed.space import spec_from_dict
+from autospeed.space import SearchSpec, spec_from_dict
 
 SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 
@@ -91,3 +91,12 @@ def test_the_neutrality_check_is_off_by_default_and_a_trace_of_one_point_names_i
     with pytest.raises(UserError, match=r"space.yaml: key 'probe.neutrality': steps \(30\) must be at least 2 x "
                                         r"window_steps \(20\).*raise steps or lower window_steps"):
         spec_from_dict(data, "space.yaml")
+
+
+def test_a_long_jobs_confirm_reads_back_from_the_json_a_trial_gets():
+    """A given baseline TTA without `repeats` (runs: fewest by default) once failed every trial: the trial reads the
+    spec back from its JSON, where the default repeats: 3 is written out as if the file had given it."""
+    spec = spec_from_dict(space_with(confirm={"top_k": 2, "baseline_tta_seconds": 100, "baseline_tta_note": "prod"}),
+                          "space.yaml")
+    again = SearchSpec.model_validate_json(spec.model_dump_json())
+    assert again.confirm.runs_mode == "fewest" and again.confirm == spec.confirm
