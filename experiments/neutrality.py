@@ -125,7 +125,8 @@ def report(found, verdicts, runs, args, seconds: float) -> str:
 
     lines = [f"Baseline: digits' conv net, SGD lr {BASELINE['lr']}, batch {BASELINE['batch_size']}, constant LR, "
              f"fp32, to {BASELINE['target_accuracy']:.0%} validation accuracy (evaluated every "
-             f"{BASELINE['eval_every_epochs']} epoch); {args.threads} torch threads, all in one process. "
+             f"{BASELINE['eval_every_epochs']} epoch); on {args.device}, {args.threads} torch threads, all in one "
+             f"process. "
              + ("The CPU lock was held exclusively: no test or other benchmark ran beside it (load averages above). "
                 if args.exclusive else
                 "The CPU lock was held shared: tests and other benchmarks may have run beside it (load averages "
@@ -200,10 +201,16 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=BASELINE["target_accuracy"])
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where every run trains; on cuda TF32 matmuls join the systems variants")
     ap.add_argument("--exclusive", action="store_true", help="hold the CPU lock exclusively (a quiet machine)")
     ap.add_argument("--out", default=f"{RESULTS}/neutrality.md")
     args = ap.parse_args()
     BASELINE["target_accuracy"] = args.target
+    BASELINE["device"] = args.device
+    if args.device == "cuda":  # TF32 rounds fp32 matmuls' inputs to 10 mantissa bits on tensor cores: a systems
+        VARIANTS["precision=tf32"] = {"precision": "tf32"}  # knob whose maths the check must judge, not assume
+        args.variants.append("precision=tf32")
     for label in [k for k in VARIANTS if k not in args.variants]:
         del VARIANTS[label]
 
@@ -217,7 +224,7 @@ def main() -> None:
         runs = part_c(workload, args)
     text = report(found, verdicts, runs, args, time.perf_counter() - started)
     write_results(args.out, results_header("E1: systems knobs' TTA from throughput, where the maths-neutrality "
-                                           "check lets it (issue 43)") + text)
+                                           "check lets it (issue 43)", device=args.device) + text)
     print(text)
     print(f"wrote {shown(args.out)}")
 
