@@ -193,14 +193,18 @@ def stage_search(a, size) -> dict:
     wall = time.perf_counter() - start
     if (folder / "mlflow.db").exists():  # into logs.tgz: a failed trial's error, every run's metrics, read back here
         shutil.copy(folder / "mlflow.db", a.work / "logs" / "search_mlflow.db")
+    return search_report(a, size, f"search exit {code}, {wall:.0f} s from start to exit")
+
+
+def search_report(a, size, ended: str, header: str | None = None) -> dict:
+    """search_vision.md from the search's work folder: its printed output and the best.yaml it wrote itself
+    (the export's file, without a second process: the stage's cap once cut that process, not the search)."""
+    cal = json.loads((a.work / "calibration.json").read_text())
     said = (a.work / "logs" / "autospeed_search.log").read_text()
-    best = folder / f"{NAME}_best.yaml"
-    export = subprocess.run([sys.executable, "-m", "autospeed", "export", "--name", NAME, "--tracking-uri", uri,
-                             "--out", str(best)], capture_output=True, text=True)
-    print(export.stdout, export.stderr, sep="\n", flush=True)
-    if export.returncode:
-        return {"result": f"search exit {code} after {wall:.0f} s, export exit {export.returncode}: "
-                          f"{(export.stderr.strip().splitlines() or ['?'])[-1]}", "met": False}
+    found = sorted((a.work / "search" / "runs" / NAME).glob("*/best.yaml"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return {"result": f"{ended}; no best.yaml written (no trial reached the target)", "met": False}
+    best = found[-1]
     shutil.copy(best, Path(a.out) / f"{NAME}_best.yaml")
     from autospeed.recipe import load_recipe
     winner = load_recipe(best)
@@ -220,16 +224,16 @@ def stage_search(a, size) -> dict:
                f"{', '.join(f'{b:.1f}' for b in baselines)}): **{ratio:.2f}x** (run-to-run range "
                f"{low:.2f}x-{high:.2f}x); goal >= 5x with a baseline TTA >= {size['window'][0]} s: "
                f"{'met' if ratio >= 5 and min(baselines) >= size['window'][0] else 'not met'}"
-               if ratio else f"no confirmed winner (search exit {code})")
+               if ratio else f"no confirmed winner ({ended})")
     lines = [f"`autospeed search` of gpu.yaml narrowed to {size['trials']} trials of at most {size['trial_seconds']} s "
-             f"train clock at the calibrated target (val_accuracy >= {cal['target']}); search exit "
-             f"{code}, {wall:.0f} s from start to exit; the export's claim as the search printed it: "
+             f"train clock at the calibrated target (val_accuracy >= {cal['target']}); {ended}; the export's claim "
+             f"as the search printed it: "
              f"speed-up {m.speedup_vs_baseline} against the given baseline TTA "
              f"{m.baseline_tta_seconds_median}.", "", f"**Reading:** {reading}.", "", f"Winner: {knobs}.", "",
              "The search's output:", "", "```", *said.strip().splitlines()[-60:], "```"]
     write_results(Path(a.out) / "search_vision.md",
-                  results_header("A short vision search on the GPU against the calibrated baseline", a.device)
-                  + "\n".join(lines) + "\n")
+                  (header or results_header("A short vision search on the GPU against the calibrated baseline",
+                                            a.device)) + "\n".join(lines) + "\n")
     (a.work / "winner.txt").write_text(str(best))
     return {"result": reading, "met": bool(ratio and ratio >= 5 and min(baselines) >= size["window"][0])}
 
@@ -335,9 +339,20 @@ def main() -> None:
     ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     ap.add_argument("--summary", default="gpu_quick.md", help="the summary's file name under --out")
     ap.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # one stage, in its own process
+    ap.add_argument("--reread", action="store_true",
+                    help="write search_vision.md again from --work, a call's work folder brought back, where the "
+                         "search ended and the stage's cap cut its report; the header names the call's machine")
     a = ap.parse_args()
     a.work = Path(a.work)
     size = SIZES[a.device]
+    if a.reread:
+        call = (a.work / "logs" / "versions.txt").read_text().split("\n\n")[0].strip()
+        header = (f"# A short vision search on the GPU against the calibrated baseline\n\nMeasured in this call:\n\n"
+                  f"```\n{call}\n```\n\nThis report written afterwards from its work folder (no measurement "
+                  f"here):\n\n```\n{provenance('cpu')}\n```\n\n")
+        ended = "the search printed its end, then the stage's cap cut it before its report (its exit code unrecorded)"
+        print(search_report(a, size, ended, header))
+        return
     if a.stage:
         found = globals()[f"stage_{a.stage}"](a, size)
         (a.work / f"{a.stage}.json").write_text(json.dumps(found, default=str))
