@@ -263,7 +263,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "neutrality", "neutrality.py",
         "E1 (issue 43): the maths-neutrality check on systems variants and maths-changing controls (10 reps), and "
         "each variant's TTA predicted from the probe's throughput against 3 full runs (digits, CPU)",
-        runs=(_r("--exclusive", "--out", f"{RESULTS}/neutrality.md", writes=("neutrality.md",)),),
+        runs=(_r("--exclusive", "--out", f"{RESULTS}/neutrality.md", writes=("neutrality.md",)),
+              _r("--device", "cuda", "--exclusive", "--out", f"{RESULTS}/gpu/neutrality_h200.md",
+                 writes=("gpu/neutrality_h200.md",), at="e702594",
+                 note="on an H200, in the device call after gpu_quick's (its log in gpu/quick_h200_2/)")),
         quick=("--reps", "1", "--steps", "40", "--rounds", "2", "--probe-warmup-steps", "1", "--probe-steps", "3",
                "--seeds", "1", "--target", "0.8", "--variants", "optimizer_impl=foreach", "--threads", "1",
                "--out", "{out}/neutrality.md"),
@@ -389,7 +392,18 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                  "cache", "--summary", "gpu_quick_2.md",
                  writes=tuple(f"gpu/quick_h200/{f}" for f in ("gpu_quick_2.md", "mfu_gpt.md", "cold_start_cache_gpu.md",
                                                                "logs_2.tgz")),
-                 note="the same warm H200 right after, with what was left of the session's device time")),
+                 note="the same warm H200 right after, with what was left of the session's device time"),
+              _r("--out", f"{RESULTS}/gpu/quick_h200_2", "--seconds", "515", "--work", "/tmp/gq", "--stages",
+                 "tests", "calibrate", "search",
+                 writes=tuple(f"gpu/quick_h200_2/{f}" for f in (
+                     "gpu_quick.md", "pytest_cuda.log", "calibrate_vision.md", "logs.tgz")), at="e702594",
+                 note="an H200 once more; the search ended but the stage's cap cut its report (the export process "
+                      "after it), so search_vision.md comes from the next run; the call's /tmp/gq came back as "
+                      "work.tgz"),
+              _r("--reread", "--work", "/tmp/gq", "--out", f"{RESULTS}/gpu/quick_h200_2",
+                 writes=tuple(f"gpu/quick_h200_2/{f}" for f in ("search_vision.md", "gpu_quick_best.yaml")),
+                 note="here, on the call's work folder unpacked from quick_h200_2/work.tgz into /tmp/gq: no "
+                      "measurement, the report of the search that ran in the call")),
         gpu=True, note="no quick pass: it is a GPU session's whole call (rehearse it with --device cpu)",
         measures=(*SEARCH, "autospeed/workloads/", "search_spaces/gpu.yaml", "search_spaces/gpu_lm.yaml",
                   "tests/train/test_cuda.py", "experiments/compile_cache.py")),
