@@ -265,8 +265,9 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         "each variant's TTA predicted from the probe's throughput against 3 full runs (digits, CPU)",
         runs=(_r("--exclusive", "--out", f"{RESULTS}/neutrality.md", writes=("neutrality.md",)),
               _r("--device", "cuda", "--exclusive", "--out", f"{RESULTS}/gpu/neutrality_h200.md",
-                 writes=("gpu/neutrality_h200.md",), at="e702594",
-                 note="on an H200, in the device call after gpu_quick's (its log in gpu/quick_h200_2/)")),
+                 writes=("gpu/neutrality_h200.md", "gpu/quick_h200_2/neutrality_h200.log"), at="e702594",
+                 note="on an H200, in the device call after gpu_quick's; its output kept as "
+                      "gpu/quick_h200_2/neutrality_h200.log")),
         quick=("--reps", "1", "--steps", "40", "--rounds", "2", "--probe-warmup-steps", "1", "--probe-steps", "3",
                "--seeds", "1", "--target", "0.8", "--variants", "optimizer_impl=foreach", "--threads", "1",
                "--out", "{out}/neutrality.md"),
@@ -396,7 +397,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
               _r("--out", f"{RESULTS}/gpu/quick_h200_2", "--seconds", "515", "--work", "/tmp/gq", "--stages",
                  "tests", "calibrate", "search",
                  writes=tuple(f"gpu/quick_h200_2/{f}" for f in (
-                     "gpu_quick.md", "pytest_cuda.log", "calibrate_vision.md", "logs.tgz")), at="e702594",
+                     "gpu_quick.md", "pytest_cuda.log", "calibrate_vision.md", "logs.tgz", "work.tgz")),
+                 at="e702594",
                  note="an H200 once more; the search ended but the stage's cap cut its report (the export process "
                       "after it), so search_vision.md comes from the next run; the call's /tmp/gq came back as "
                       "work.tgz"),
