@@ -114,6 +114,10 @@ class Trajectory(_Strict):
     tta_low_seconds: float | None = None
     tta_high_seconds: float | None = None
     points: list[tuple[float, float]]  # (train seconds, metric value), in time order, ending at the expected TTA
+    # TTA = samples to target (the maths) / samples per second (the systems): the throughput the expected TTA was
+    # measured at (the median over the confirmation runs, each its samples to target over its TTA; the trial's
+    # own otherwise), so that `autospeed train` can say which half a production run's miss came from
+    samples_per_second: float | None = Field(default=None, gt=0)
 
     @field_validator("points")
     @classmethod

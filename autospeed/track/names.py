@@ -69,6 +69,9 @@ M_COOLDOWN_TOTAL_SECONDS = f"{M_COOLDOWN_PREFIX}total_seconds"
 # checkpoint, the verdict and where the prediction came from
 M_PREDICTION_TTA = "prediction_tta_seconds"
 M_TTA_OVER_PREDICTION = "tta_over_prediction"
+# its two halves (TTA = samples to target / samples per second): samples to target over the prediction's (the maths),
+# samples per second over the prediction's (the systems); where both sides count samples
+M_SAMPLES_OVER_PREDICTION, M_THROUGHPUT_OVER_PREDICTION = "samples_over_prediction", "throughput_over_prediction"
 M_PACE_OVER_PREDICTION = "pace_over_prediction_{percent}pct"  # 10pct, 25pct, 50pct
 TAG_PREDICTION_VERDICT = "autospeed.prediction_verdict"  # on track | behind/ahead of its prediction | not reached
 TAG_PREDICTION_SOURCE = "autospeed.prediction_source"  # confirmation | trial | prediction

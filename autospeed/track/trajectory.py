@@ -10,11 +10,14 @@ What it is made from, in order of what the search has:
   * prediction: an unconfirmed winner that did not reach: its trial's curve, then the predicted crossing of the
     target (80% interval), with the metric interpolated linearly in log seconds between the last evaluation and
     the crossing (a learning curve rises fast first, slowly later; it is a prediction and says so).
+Each carries the throughput its TTA was measured at (samples per train-clock second to the target): TTA = samples to
+target / samples per second, so a production run's miss splits into the maths and the machine.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 from autospeed.outcome import SESSION_LOG_SD, log_spread, next_run_interval
 from autospeed.recipe import Measured, Trajectory
@@ -31,6 +34,21 @@ def curve_of(client, run_id: str, metric: str) -> list[tuple[float, float]]:
     seconds = {m.step: m.value for m in client.get_metric_history(run_id, names.M_TRAIN_SECONDS)}
     values = {m.step: m.value for m in client.get_metric_history(run_id, metric)}
     return sorted((seconds[s], values[s]) for s in values if s in seconds)
+
+
+def throughput_to(client, run_id: str, seconds: float) -> float | None:
+    """Samples per train-clock second of a run up to `seconds` (its TTA): each evaluation's window of samples (its
+    samples/s, over the train seconds since the evaluation before, times those seconds), summed, over `seconds`;
+    None where the run logged no samples/s (a script that counts none)."""
+    clock = {m.step: m.value for m in client.get_metric_history(run_id, names.M_TRAIN_SECONDS)}
+    windows = sorted((clock[m.step], m.value) for m in client.get_metric_history(run_id, names.M_SAMPLES_PER_SECOND)
+                     if m.step in clock)
+    samples, before = 0.0, 0.0
+    for at, rate in windows:
+        if at > seconds:
+            break
+        samples, before = samples + rate * (at - before), at
+    return samples / before if samples > 0 and before > 0 else None
 
 
 def thinned(points: list[tuple[float, float]], most: int = MAX_POINTS) -> list[tuple[float, float]]:
@@ -81,8 +99,11 @@ def trajectory_of(client, parent, best, target, measured: Measured) -> Trajector
             return None
         low, high, how = tta_range({trial: [r.data.metrics.get(names.M_TTA) for r in group]
                                     for trial, group in groups.items()}, best.trial_id, measured)
+        rates = [x for x in (throughput_to(client, r.info.run_id, r.data.metrics[names.M_TTA]) for r in runs)
+                 if x is not None]
         return Trajectory(source="confirmation", **kind, tta_seconds=median, tta_low_seconds=low,
                           tta_high_seconds=high, points=thinned(points),
+                          samples_per_second=statistics.median(rates) if rates else None,
                           note=f"the curve of the confirmation run with the TTA nearest the median of "
                                f"{measured.repeats} (seed {run.data.params.get('seed', '?')}); TTA: their median, "
                                f"{how}")
@@ -92,6 +113,7 @@ def trajectory_of(client, parent, best, target, measured: Measured) -> Trajector
     if best.reached and best.tta_seconds:
         return Trajectory(source="trial", **kind, tta_seconds=best.tta_seconds,
                           points=thinned([p for p in points if p[0] <= best.tta_seconds]),
+                          samples_per_second=throughput_to(client, best.run_id, best.tta_seconds),
                           note="the search trial's own curve, one measurement in a reused process (unconfirmed)")
     if measured.tta_predicted_seconds is None:
         return None
@@ -107,5 +129,6 @@ def trajectory_of(client, parent, best, target, measured: Measured) -> Trajector
                       tta_low_seconds=measured.tta_predicted_low_seconds,
                       tta_high_seconds=measured.tta_predicted_high_seconds,
                       points=[p for p in points if p[0] < crossing] + bridge or [(crossing, target.value)],
+                      samples_per_second=throughput_to(client, best.run_id, last_seconds),
                       note=f"PREDICTED: the trial's curve to {last_seconds:.3g} s, then interpolated linearly in log "
                            f"seconds to the predicted crossing of the target (80% interval); not measured")

@@ -125,7 +125,10 @@ def log_train_run(client, experiment: str, recipe, result, prediction: dict | No
                      for c in prediction["checks"] if c["pace"] != float("inf")}
             log_batch(client, run.info.run_id,
                       metrics({names.M_PREDICTION_TTA: prediction["predicted_tta_seconds"],
-                               names.M_TTA_OVER_PREDICTION: prediction["tta_over_prediction"], **paces}),
+                               names.M_TTA_OVER_PREDICTION: prediction["tta_over_prediction"],
+                               names.M_SAMPLES_OVER_PREDICTION: prediction.get("samples_over_prediction"),
+                               names.M_THROUGHPUT_OVER_PREDICTION: prediction.get("throughput_over_prediction"),
+                               **paces}),
                       tags={names.TAG_PREDICTION_VERDICT: prediction["verdict"],
                             names.TAG_PREDICTION_SOURCE: prediction["source"]})
         finish_run(client, run.info.run_id, recipe, result)

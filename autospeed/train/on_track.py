@@ -10,6 +10,10 @@ metric so far is looked up on the expected curve's best so far, and `pace` = the
 the expected curve took to reach the same value (1.5: the live run took 1.5x as long). On track means pace inside
 the expectation's own range (its TTA's low and high over its TTA: where one more confirmation run falls, 80%,
 or the 80% interval of a prediction), widened to at least 0.9-1.1 so that one run's timing noise is not called a trend.
+At the end a reached run's TTA over the prediction is split in two, TTA being samples to target / samples per second:
+its samples to target over the prediction's (the maths: this seed and data order) and the prediction's throughput
+over its own (the systems: this machine, its load, its settings), where the trajectory carries its throughput and
+the run counts its samples. A user then knows whether to look at the machine or at the recipe.
 Standard library only: the trainer's side of the boundary.
 """
 
@@ -60,6 +64,7 @@ class OnTrack:
         self.checks: list[Check] = []
         self._envelope = self._best_so_far(trajectory.points, trajectory.mode)
         self._last = None  # the last evaluation: (train seconds, best value)
+        self._samples: dict[float, int] = {}  # train seconds -> samples trained by then, at each evaluation
 
     @staticmethod
     def _best_so_far(points, mode: str) -> list[tuple[float, float]]:
@@ -89,6 +94,7 @@ class OnTrack:
         if event.best_value is None or event.best_value != event.best_value:  # a script's without the metric: NaN
             return
         self._last = (event.train_seconds, event.best_value)
+        self._samples[event.train_seconds] = getattr(event, "samples", 0) or 0
         while self.pending and event.train_seconds >= self.pending[0]:
             self._check(self.pending.pop(0), ended_before=False)
 
@@ -103,7 +109,8 @@ class OnTrack:
     def replay(self, history: list[dict]) -> None:
         """Check a finished run's evaluations (data-parallel workers: their evaluations happened elsewhere)."""
         for row in history:
-            self.update(SimpleNamespace(train_seconds=row["train_seconds"], best_value=row["best_value"]))
+            self.update(SimpleNamespace(train_seconds=row["train_seconds"], best_value=row["best_value"],
+                                        samples=row.get("samples", 0)))
 
     def _check(self, checkpoint: float, ended_before: bool) -> None:
         seconds, value = self._last
@@ -138,10 +145,17 @@ class OnTrack:
         self.pending = []
         t = self.trajectory
         ratio = tta_seconds / t.tta_seconds if tta_seconds is not None else None
+        split = self._split(tta_seconds) if ratio is not None else {}
         if ratio is not None:
             verdict = self.verdict(ratio)
             self.say(f"measured TTA {tta_seconds:.2f} s against the predicted {self._expected_text()}: "
                      f"{ratio:.2f}x the prediction, {verdict} (on track: {self.band[0]:.2f}x-{self.band[1]:.2f}x)")
+            if split:
+                self.say(f"  = samples to target {split['samples_to_target']:,.0f} against ~"
+                         f"{split['predicted_samples_to_target']:,.0f} ({split['samples_over_prediction']:.2f}x: the "
+                         f"maths, this seed and data order) / throughput {split['samples_per_second']:,.0f} samples/s "
+                         f"against {t.samples_per_second:,.0f} ({split['throughput_over_prediction']:.2f}x: the "
+                         f"systems, this machine and its load)")
         else:
             verdict = BEHIND if train_seconds > t.tta_seconds * self.band[1] else "not reached"
             self.say(f"target not reached in {train_seconds:.2f} s of train clock against the predicted "
@@ -149,7 +163,22 @@ class OnTrack:
         return {"source": t.source, "note": t.note, "predicted_tta_seconds": t.tta_seconds,
                 "predicted_tta_low_seconds": t.tta_low_seconds, "predicted_tta_high_seconds": t.tta_high_seconds,
                 "on_track_band": list(self.band), "checks": [asdict(c) for c in self.checks],
-                "measured_tta_seconds": tta_seconds, "tta_over_prediction": ratio, "verdict": verdict}
+                "measured_tta_seconds": tta_seconds, "tta_over_prediction": ratio, "verdict": verdict,
+                "predicted_samples_per_second": t.samples_per_second, **split}
+
+    def _split(self, tta_seconds: float) -> dict:
+        """TTA over the prediction as samples to target over the prediction's, divided by throughput over the
+        prediction's; empty where either side has no count (a trajectory without a throughput, a run without
+        samples)."""
+        seen = [at for at in self._samples if at <= tta_seconds]  # the evaluation that met the target
+        samples = self._samples[max(seen)] if seen else 0
+        if not self.trajectory.samples_per_second or samples <= 0 or tta_seconds <= 0:
+            return {}
+        predicted = self.trajectory.tta_seconds * self.trajectory.samples_per_second
+        rate = samples / tta_seconds
+        return {"samples_to_target": samples, "predicted_samples_to_target": predicted,
+                "samples_per_second": rate, "samples_over_prediction": samples / predicted,
+                "throughput_over_prediction": rate / self.trajectory.samples_per_second}
 
 
 def on_track_for(recipe, stream: TextIO) -> OnTrack | None:

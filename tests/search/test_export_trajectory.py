@@ -85,6 +85,9 @@ def test_a_confirmed_winner_carries_the_curve_of_its_confirmation_run(client, tm
     assert traj.tta_seconds == traj.tta_low_seconds == traj.tta_high_seconds == tta
     assert [tuple(p) for p in traj.points] == curve_of(client, run.info.run_id, "val_accuracy")
     assert traj.points[-1][0] == tta and traj.points[-1][1] >= 0.9
+    # its throughput to the target: the confirmation run's samples to target (about its steps x batch) over its TTA
+    steps = max(m.step for m in client.get_metric_history(run.info.run_id, names.M_TRAIN_SECONDS) if m.value <= tta)
+    assert traj.samples_per_second * tta == pytest.approx(steps * recipe.batch_size, rel=0.05)
     assert yaml.safe_load((tmp_path / "confirmed.yaml").read_text())["measured"]["trajectory"]["metric"] == \
         "val_accuracy"
 

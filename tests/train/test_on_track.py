@@ -77,3 +77,38 @@ def test_a_loss_curve_is_compared_in_its_own_direction():
     assert checker.expected_seconds(2.5) == pytest.approx(1.5) and checker.expected_seconds(1.0) == 4.0
     checker.update(SimpleNamespace(train_seconds=2.0, best_value=2.5))  # 1.33x the predicted time to 2.5
     assert checker.checks[0].pace == pytest.approx(2.0 / 1.5) and checker.checks[0].verdict == ON_TRACK
+
+
+@pytest.mark.parametrize("samples_factor,rate_factor", [(1.0, 0.5), (2.0, 1.0), (1.5, 0.75)])
+def test_a_miss_splits_into_samples_to_target_and_throughput(samples_factor, rate_factor):
+    """TTA = samples to target / samples per second: a run that needs `samples_factor` x the prediction's samples at
+    `rate_factor` x its throughput takes samples_factor / rate_factor x its TTA, and the end says which half did it."""
+    lines: list[str] = []
+    predicted = Trajectory(source="confirmation", note="test", metric="val_accuracy", mode="max", tta_seconds=10.0,
+                           points=CURVE, samples_per_second=1000.0)
+    checker = OnTrack(predicted, say=lines.append)
+    slower = samples_factor / rate_factor
+    for seconds, value in CURVE:  # the curve's samples: samples_factor x the prediction's at each point
+        checker.update(SimpleNamespace(train_seconds=seconds * slower, best_value=value,
+                                       samples=round(seconds * 1000 * samples_factor)))
+    record = checker.finish(10.0 * slower, 10.0 * slower)
+    assert record["tta_over_prediction"] == pytest.approx(slower)
+    assert record["samples_over_prediction"] == pytest.approx(samples_factor)
+    assert record["throughput_over_prediction"] == pytest.approx(rate_factor)
+    assert record["samples_to_target"] == round(10_000 * samples_factor)
+    assert lines[-1] == (f"  = samples to target {10_000 * samples_factor:,.0f} against ~10,000 "
+                         f"({samples_factor:.2f}x: the maths, this seed and data order) / throughput "
+                         f"{1000 * rate_factor:,.0f} samples/s "
+                         f"against 1,000 ({rate_factor:.2f}x: the systems, this machine and its load)")
+
+
+def test_no_split_without_a_throughput_or_without_samples():
+    for with_rate, samples in ((False, 10_000), (True, 0)):
+        lines: list[str] = []
+        checker = OnTrack(Trajectory(source="trial", note="test", metric="val_accuracy", mode="max",
+                                     tta_seconds=10.0, points=CURVE, samples_per_second=1000.0 if with_rate else None),
+                          say=lines.append)
+        for seconds, value in CURVE:
+            checker.update(SimpleNamespace(train_seconds=seconds, best_value=value, samples=samples))
+        record = checker.finish(10.0, 10.0)
+        assert "samples_over_prediction" not in record and lines[-1].startswith("measured TTA")

@@ -7,18 +7,21 @@ The curve is the recipe's own, measured by a first `autospeed train` and read ba
 `autospeed export` reads a confirmation run's. The trajectory then claims the same curve 1000x faster than the recipe
 trains (the run slowed on purpose against it): behind at every checkpoint; and 1000x slower: ahead. No machine's load
 moves a run of the same recipe and seed by 1000x, so neither verdict races a clock; "on track" within the claimed
-range is the unit tests' (tests/train/test_on_track.py), where no clock runs. The claimed range is 3x either way."""
+range is the unit tests' (tests/train/test_on_track.py), where no clock runs. The claimed range is 3x either way.
+The end splits the miss (TTA = samples to target / samples per second): the faster claim also claims 1000x the
+throughput, so the run's miss is the systems'; the slower one the same throughput, so it is the maths'."""
 
 from __future__ import annotations
 
 import json
 import re
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
 from autospeed.track import names
-from autospeed.track.trajectory import curve_of
+from autospeed.track.trajectory import curve_of, throughput_to
 
 RECIPE = dict(workload="digits", target_accuracy=0.9, max_train_seconds=120, epochs=40, eval_every_epochs=0.25,
               batch_size=32, device="cpu", seed=0)
@@ -42,13 +45,18 @@ def test_train_says_behind_or_ahead_of_its_prediction_at_each_checkpoint_and_rec
     curve = curve_of(client, run_id, "val_accuracy")
     assert len(curve) >= 4 and curve[-1][0] == tta
 
-    for faster, verdict in ((CLAIMED, "behind its prediction"), (1 / CLAIMED, "ahead of its prediction")):
+    rate = throughput_to(client, run_id, tta)  # the first run's samples per train-clock second to its target
+    assert rate > 0
+    # behind: the curve claimed 1000x faster at 1000x the throughput (the same samples: the systems' miss); ahead:
+    # 1000x slower at the same throughput (1000x the samples: the maths' miss)
+    for faster, verdict, claimed_rate in ((CLAIMED, "behind its prediction", rate * CLAIMED),
+                                          (1 / CLAIMED, "ahead of its prediction", rate)):
         predicted = tta / faster
         note = "the recipe's own curve, " + (f"claimed {faster:g}x faster" if faster > 1 else f"{1 / faster:g}x slower")
         trajectory = {"source": "confirmation", "note": note,
                       "metric": "val_accuracy", "mode": "max", "tta_seconds": predicted,
                       "tta_low_seconds": predicted / RANGE, "tta_high_seconds": predicted * RANGE,
-                      "points": [[s / faster, v] for s, v in curve]}
+                      "points": [[s / faster, v] for s, v in curve], "samples_per_second": claimed_rate}
         best = tmp_path / f"best-{faster:g}.yaml"
         best.write_text(yaml.safe_dump({**RECIPE, "measured": {"confirmed": True, "trajectory": trajectory}}))
         proc = run_cli("train", "--config", str(best), "--tracking-uri", uri, "--json")
@@ -58,6 +66,12 @@ def test_train_says_behind_or_ahead_of_its_prediction_at_each_checkpoint_and_rec
         assert all(line.endswith(f"{verdict} (on track: {1 / RANGE:.2f}x-{RANGE:.2f}x)") for line in checks), checks
         final = next(line for line in proc.stderr.splitlines() if line.startswith("measured TTA"))
         assert f"the prediction, {verdict}" in final and "(predicted from its confirmation runs)" in final
+        split = next(line for line in proc.stderr.splitlines() if line.startswith("  = samples to target"))
+        maths, systems = (float(x) for x in re.findall(r"\(([\d.]+)x: the", split))
+        if faster > 1:  # the same seed trains the same samples; no machine's load moves throughput 10x
+            assert 0.5 < maths < 2 and systems < 0.01, split
+        else:
+            assert maths < 0.01 and 0.1 < systems < 10, split
 
         result = json.loads(proc.stdout)
         prediction = result["prediction"]
@@ -68,4 +82,7 @@ def test_train_says_behind_or_ahead_of_its_prediction_at_each_checkpoint_and_rec
         assert run.data.tags[names.TAG_PREDICTION_SOURCE] == "confirmation"
         assert run.data.metrics[names.M_PREDICTION_TTA] == predicted
         assert set(run.data.metrics) >= {"pace_over_prediction_10pct", "pace_over_prediction_25pct",
-                                         "pace_over_prediction_50pct", names.M_TTA_OVER_PREDICTION}
+                                         "pace_over_prediction_50pct", names.M_TTA_OVER_PREDICTION,
+                                         names.M_SAMPLES_OVER_PREDICTION, names.M_THROUGHPUT_OVER_PREDICTION}
+        assert prediction["samples_over_prediction"] / prediction["throughput_over_prediction"] == \
+            pytest.approx(prediction["tta_over_prediction"])
