@@ -10,10 +10,11 @@ metric so far is looked up on the expected curve's best so far, and `pace` = the
 the expected curve took to reach the same value (1.5: the live run took 1.5x as long). On track means pace inside
 the expectation's own range (its TTA's low and high over its TTA: where one more confirmation run falls, 80%,
 or the 80% interval of a prediction), widened to at least 0.9-1.1 so that one run's timing noise is not called a trend.
-At the end a reached run's TTA over the prediction is split in two, TTA being samples to target / samples per second:
-its samples to target over the prediction's (the maths: this seed and data order) and the prediction's throughput
-over its own (the systems: this machine, its load, its settings), where the trajectory carries its throughput and
-the run counts its samples. A user then knows whether to look at the machine or at the recipe.
+Each check's pace and, at the end, a reached run's TTA over the prediction are split in two (TTA = samples to
+target / samples per second): the run's samples over the prediction's at the same metric value (the maths: this
+seed and data order) and its throughput over the prediction's (the systems: this machine, its load, its settings),
+where the trajectory carries its throughput and the run counts its samples. At 10% of a long job a user then knows
+whether to look at the machine or at the recipe.
 Standard library only: the trainer's side of the boundary.
 """
 
@@ -44,6 +45,11 @@ class Check:
     pace: float
     verdict: str
     ended_before: bool = False  # the run ended (target or budget) before this checkpoint: checked at its end
+    # pace's two halves (pace = samples_over_prediction / throughput_over_prediction), where both sides count samples:
+    # the live samples so far over the samples the prediction had trained by expected_seconds, and the live
+    # samples/s so far over the prediction's
+    samples_over_prediction: float | None = None
+    throughput_over_prediction: float | None = None
 
 
 def _better(mode: str, a: float, b: float) -> bool:
@@ -116,8 +122,11 @@ class OnTrack:
         seconds, value = self._last
         expected = self.expected_seconds(value)
         pace = seconds / expected if expected > 0 else float("inf")
+        rate, samples = self.trajectory.samples_per_second, self._samples.get(seconds, 0)
+        halves = ((samples / (expected * rate), samples / seconds / rate) if rate and samples > 0 and expected > 0
+                  and seconds > 0 else (None, None))
         check = Check(checkpoint / self.trajectory.tta_seconds, checkpoint, seconds, value, expected, pace,
-                      self.verdict(pace), ended_before)
+                      self.verdict(pace), ended_before, *halves)
         self.checks.append(check)
         self.say(self._line(check))
 
@@ -134,7 +143,9 @@ class OnTrack:
         return (f"prediction check at {c.fraction:.0%} of the predicted TTA ~{t.tta_seconds:.3g} s "
                 f"({c.checkpoint_seconds:.2f} s): {when}, which the prediction had reached by "
                 f"{c.expected_seconds:.2f} s: pace {c.pace:.2f}x, {c.verdict} (on track: {self.band[0]:.2f}x-"
-                f"{self.band[1]:.2f}x)")
+                f"{self.band[1]:.2f}x)"
+                + (f"; samples {c.samples_over_prediction:.2f}x, throughput {c.throughput_over_prediction:.2f}x the "
+                   f"prediction's" if c.samples_over_prediction is not None else ""))
 
     def finish(self, tta_seconds: float | None, train_seconds: float) -> dict:
         """The checkpoints the run ended before, checked at its end; the measured TTA against the prediction,

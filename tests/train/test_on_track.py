@@ -112,3 +112,18 @@ def test_no_split_without_a_throughput_or_without_samples():
             checker.update(SimpleNamespace(train_seconds=seconds, best_value=value, samples=samples))
         record = checker.finish(10.0, 10.0)
         assert "samples_over_prediction" not in record and lines[-1].startswith("measured TTA")
+
+
+def test_each_checkpoint_says_which_half_its_pace_comes_from():
+    """At 10% of a long job: 2x behind at half the throughput and the same samples is the machine, not the recipe."""
+    lines: list[str] = []
+    checker = OnTrack(Trajectory(source="confirmation", note="test", metric="val_accuracy", mode="max",
+                                 tta_seconds=10.0, points=CURVE, samples_per_second=1000.0), say=lines.append)
+    best = None
+    for seconds, value in CURVE:  # the prediction's samples at each value, trained at half its throughput
+        best = value if best is None else max(best, value)
+        checker.update(SimpleNamespace(train_seconds=2 * seconds, best_value=best, samples=round(1000 * seconds)))
+    first = checker.checks[0]
+    assert first.pace == pytest.approx(2.0) and first.verdict == BEHIND
+    assert (first.samples_over_prediction, first.throughput_over_prediction) == pytest.approx((1.0, 0.5))
+    assert lines[0].endswith("; samples 1.00x, throughput 0.50x the prediction's")
