@@ -170,6 +170,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
              "outside the repository, as experiments/public_scripts.py describes); about 6 minutes on 2 cores",
         measures=(*SEARCH, "autospeed/script/")),
     Experiment(
+        "script_long_job", "script_long_job.py", "a long job through a public script (issue 43): nanoGPT's train.py "
+        "as public_scripts.py converts it, its baseline measured, searched with the exploration capped at 2 baseline "
+        "runs and confirmation `runs: fewest`, its export against the baseline in fresh `autospeed train` processes",
+        runs=(_r("/tmp/public_scripts/nanogpt", writes=("script_long_job.md",)),),
+        # no quick pass: it starts Ray and trains the baseline to its target a dozen times (minutes on 2 cores)
+        note="needs public_scripts.py's nanogpt scratch folder (its converted/)",
+        measures=(*SEARCH, *TIMING, "autospeed/script/")),
+    Experiment(
         "kill_anywhere", "kill_anywhere.py", "searches SIGKILLed at 50+ random moments (in confirmation and the "
         "ablation too, counted apart), each resumed: every finished trial, confirmation and ablation run kept once, "
         "and the ledger, MLflow and Optuna agree",
