@@ -94,7 +94,9 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     base_space = {"name": "nanogpt-long", "target": {"metric": "val_loss", "mode": "min", "value": a.target},
                   "budget": {"trials": 1, "max_train_seconds": 300}, "probe": {"enabled": False},
-                  "resources": {"gpus_per_trial": 0}}
+                  "resources": {"gpus_per_trial": 0},
+                  "space": {"lr": {"loguniform": [3e-4, 6e-3]}, "batch_size": {"choice": [8, 16, 32]},
+                            "accumulation_steps": {"choice": [1, 2]}}}
     (work / "baseline_space.yaml").write_text(yaml.safe_dump(base_space, sort_keys=False))
     spec = with_script(load_spec(work / "baseline_space.yaml"), str(where / "train.py"), ARGS)
     baseline = yaml.safe_load(spec.recipe_for({}, baseline=True).to_yaml())
@@ -111,9 +113,7 @@ def main() -> None:
                  "sampler": {"seed": 0, "n_startup_trials": 6},
                  "confirm": {"top_k": 1, "runs": "fewest", "baseline_tta_seconds": round(tta, 3),
                              "baseline_tta_note": f"median of {a.baseline_runs} fresh `autospeed train --script` runs, "
-                                                  f"this machine, just before"},
-                 "space": {"lr": {"loguniform": [3e-4, 6e-3]}, "batch_size": {"choice": [8, 16, 32]},
-                           "accumulation_steps": {"choice": [1, 2]}}}
+                                                  f"this machine, just before"}}
         (work / "space.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
         uri = f"sqlite:///{work / 'mlflow.db'}"
         t0 = time.perf_counter()
