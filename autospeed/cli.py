@@ -41,6 +41,10 @@ def cmd_train(args) -> int:
     from autospeed.workloads import check_target, load_workload
 
     recipe = _with_script(load_recipe(args.config), args)
+    if is_script(recipe.workload) and recipe.measured is None:  # hand-written: the script's own defaults under it
+        from autospeed.script.preflight import under_script_defaults
+
+        recipe = under_script_defaults(recipe, args.config, sys.stderr if args.json else sys.stdout)
     client = None
     if not args.no_track:
         from autospeed.track import names, writers

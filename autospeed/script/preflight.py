@@ -59,3 +59,28 @@ def reseed_warning(script: str, seed: int) -> str:
             f"the confirmation's new seeds never reach it and its repeats differ by timing noise alone; give the "
             f"seed as a default (autospeed.init(defaults=dict(seed={seed}, ...))) and drop your own "
             f"torch.manual_seed, or seed with torch.manual_seed(ctx.config.seed)")
+
+
+def under_script_defaults(recipe, config: str, console=sys.stdout):
+    """A hand-written recipe for a script (`autospeed train --script train.py --config mine.yaml`, not an export):
+    the keys its file gives over the script's own `autospeed.init(defaults=...)`, learnt from a preflight run to
+    the first optimizer step, as a search makes its baseline. Without it every key the file leaves out would be
+    autospeed's generic default (batch 128, lr 0.05, 10 epochs) instead of the script as its author runs it. An
+    export names every key (its `script_own` say which are the script's), so it trains as written."""
+    from autospeed.script.context import script_recipe
+
+    given = recipe.model_dump(mode="json", include=recipe.model_fields_set)
+    script = recipe.workload_options["script"]
+    run = preflight_knobs(recipe, given)
+    if run.knobs_read is None:
+        command = " ".join(["python", script, *recipe.workload_options.get("args", [])])
+        raise UserError(f"{config}: {script} failed before its first optimizer step "
+                        f"({run.result.error or run.result.status.value}); run it alone to see why: {command}")
+    if not run.defaults:
+        return recipe
+    own = ", ".join(f"{k}={v}" for k, v in run.defaults.items() if k not in given and k not in ("target",
+                                                                                             "target_accuracy"))
+    named = ", ".join(sorted(k for k in given if k not in ("workload", "workload_options")))
+    print(f"preflight: {config} gives {named or 'nothing but the script'}; the rest is {script}'s own ({own})",
+          file=console, flush=True)
+    return script_recipe(run.defaults, given, f"{config} over {script}'s autospeed.init(defaults=...)")

@@ -320,3 +320,22 @@ def test_grad_scaler_keeps_a_gradscaler_loop_as_written_and_steps_at_every_kth_m
     scaler.update()
     assert ctx.step_count == 1 and model.weight.grad is None
     assert torch.allclose(model.weight, reference.weight.detach() - 0.1 * reference.weight.grad, atol=1e-6)
+
+
+def test_train_of_a_hand_written_recipe_keeps_the_scripts_own_defaults_for_what_the_file_leaves_out(tmp_path, run_cli):
+    """`autospeed train --script train.py --config mine.yaml`, the file naming only a target, a budget and an lr:
+    the script trains as its author runs it (its batch 16, its own schedule) with the file's lr and target, not
+    with autospeed's generic defaults (batch 128) for every key the file left out."""
+    import json
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(OWN_SCRIPT)
+    (work / "mine.yaml").write_text("target_accuracy: 0.8\nmax_train_seconds: 20\nlr: 0.1\ndevice: cpu\n")
+    p = run_cli("train", "--script", "train.py", "--config", "mine.yaml", "--json", "--no-track", cwd=work)
+    assert p.returncode == 0, p.stderr
+    seen = [json.loads(line) for line in (work / "seen.jsonl").read_text().splitlines()]
+    assert seen[-1] == {"batch_size": 16, "lr": 0.1, "schedule": "script", "target": 0.8}, seen
+    said = next(line for line in p.stderr.splitlines() if line.startswith("preflight: mine.yaml gives"))
+    assert "gives device, lr, max_train_seconds, target_accuracy; the rest is" in said and "batch_size=16" in said
+    assert json.loads(p.stdout)["steps"] == 3
