@@ -52,7 +52,13 @@ from autospeed.search.session import SearchSession
 from autospeed.space import SearchSpec
 from autospeed.track import names, writers
 from autospeed.track import runs as res
-from autospeed.track.export import COMPILE_CACHE_ARTIFACT, exportable, predicting
+from autospeed.track.export import (
+    COMPILE_CACHE_ARTIFACT,
+    exportable,
+    predicting,
+    production_budget_seconds,
+    short_trials,
+)
 from autospeed.track.store import interrupts_held
 
 
@@ -65,12 +71,14 @@ def _trial_recipe(client, run_id: str) -> Recipe:
 def pick_candidates(client, parent, top_k: int) -> list[Candidate]:
     """The top_k non-baseline trials that reached or were predicted, in the leaderboard's order (runs.ranked:
     reached by search TTA, then by objective, a predicted TTA for a predicted trial), then the baseline (if it
-    ran and could train). Under predict, any trial that trained, in that order (track.export.exportable).
+    ran and could train). Under predict or a production budget (trials short by design: track.export.short_trials),
+    any trial that trained, in that order (track.export.exportable): a long job's trials need not reach.
 
     No search measurement is a sample: the trials ran in reused Ray actors, the confirmation runs in fresh
     processes, and samples taken in different conditions are never pooled."""
     rows = res.trial_rows(client, parent)
-    top = [r for r in exportable(rows, predicting(parent)) if not r.baseline][:top_k]
+    short = short_trials(predicting(parent), production_budget_seconds(parent))
+    top = [r for r in exportable(rows, short) if not r.baseline][:top_k]
     base = res.baseline_of(rows)
     chosen = top + ([base] if base is not None and not is_infeasible(base.status) else [])
     return [Candidate(r.trial_id, r.baseline, r.tta_seconds if r.reached else None, _trial_recipe(client, r.run_id),

@@ -292,8 +292,8 @@ def _finish(spec: SearchSpec, session: SearchSession, outcome: SearchOutcome, ex
     kill_leftovers(client, outcome.rows)
     print(file=console)
     print(leaderboard.table(outcome.rows), file=console, flush=True)
-    # a trial that reached, or (a long job) one whose predicted TTA ranks it: confirmed and exported
-    ranked = _has_best(outcome.rows, spec.predict.enabled)
+    # a trial that reached, or (a long job: predict, or a production budget) any that trained: confirmed, exported
+    ranked = _has_best(outcome.rows, spec)
     if ranked and not outcome.interrupted and not outcome.stop_reason:
         confirm_start = time.perf_counter()
         _confirm(spec, session, outcome)
@@ -406,12 +406,12 @@ def _report_exploration(spec: SearchSpec, session: SearchSession, explored_secon
         writers.log_batch(client, parent_id, writers.metrics({names.M_EXPLORATION_BASELINE_RUNS: runs_}))
 
 
-def _has_best(rows: list[runs.TrialRow], predicting: bool = False) -> bool:
-    """Some trial reached its target or has a predicted TTA (under predict: trained at all): there is a best
-    recipe to confirm and export."""
-    from autospeed.track.export import exportable
+def _has_best(rows: list[runs.TrialRow], spec: SearchSpec) -> bool:
+    """Some trial reached its target or has a predicted TTA (trials short by design: trained at all): there is a
+    best recipe to confirm and export."""
+    from autospeed.track.export import exportable, short_trials
 
-    return bool(exportable(rows, predicting))
+    return bool(exportable(rows, short_trials(spec.predict.enabled, spec.confirm.max_train_seconds)))
 
 
 def _write_best(session: SearchSession, name: str) -> Path:

@@ -32,12 +32,12 @@ _WAY_OF_STATE = {names.COMPILE_CACHE_COLD: "new_machine", names.COMPILE_CACHE_WA
 NOT_MEASURED = "not measured"
 
 
-def exportable(rows: list[res.TrialRow], predicting: bool = False) -> list[res.TrialRow]:
+def exportable(rows: list[res.TrialRow], short: bool = False) -> list[res.TrialRow]:
     """The trials that reached or were predicted, in the leaderboard's order (runs.ranked: reached by TTA first,
-    then by objective, which for a predicted trial is its predicted TTA). `predicting` (a search with predict on,
-    whose trials are short by design): every trial that trained, in that order, for confirmation to measure; the
-    censored objective ranks the ones without a prediction."""
-    if predicting:
+    then by objective, which for a predicted trial is its predicted TTA). `short` (a search whose trials are short
+    of the target by design: short_trials): every trial that trained, in that order, for confirmation to measure;
+    the censored objective ranks the ones without a prediction."""
+    if short:
         return [r for r in res.ranked(rows) if r.status not in ("running",) and not is_infeasible(r.status)]
     return [r for r in res.ranked(rows) if r.reached or r.predicted]
 
@@ -45,6 +45,13 @@ def exportable(rows: list[res.TrialRow], predicting: bool = False) -> list[res.T
 def predicting(parent) -> bool:
     """Whether the search ran with predict on (its parent's `predict.enabled` param)."""
     return parent.data.params.get("predict.enabled") == "True"
+
+
+def short_trials(predict: bool, production_budget: float | None) -> bool:
+    """Whether a search's trials are short of the target by design, so that confirmation, not the trials, measures
+    its candidates: predict on (the trials are extrapolated), or a production budget (confirm.max_train_seconds:
+    a long job's confirmation trains the best trials on to the target, reached in their trials or not)."""
+    return predict or production_budget is not None
 
 
 def production_budget_seconds(parent) -> float | None:

@@ -94,7 +94,7 @@ def test_candidates_include_predicted_trials_when_none_reached(store):
     client = MlflowClient(store)
     parent = make_search(client, long_spec("picks"), NONE_REACHED)
     rows = res.trial_rows(client, parent)
-    assert not any(r.reached for r in rows) and _has_best(rows)  # run.py confirms and exports this search
+    assert not any(r.reached for r in rows) and _has_best(rows, long_spec("picks"))  # run.py confirms, exports it
     picked = pick_candidates(client, parent, top_k=3)
     # by predicted TTA (the leaderboard's order); under predict the flat curve follows, censored at the cap below
     # every predicted trial; the baseline last
@@ -105,8 +105,29 @@ def test_candidates_include_predicted_trials_when_none_reached(store):
     assert [c.trial_id for c in pick_candidates(client, parent, top_k=1)] == ["fast", "base"]
     flat_only = [trial for trial in NONE_REACHED if "predicted" not in trial]
     other = make_search(client, long_spec("nothing"), flat_only)
-    assert not _has_best(res.trial_rows(client, other))  # without predict: nothing reached or predicted
-    assert _has_best(res.trial_rows(client, other), predicting=True)  # under predict: ranked, confirmation measures
+    plain = long_spec("nothing").model_copy(update={"predict": long_spec("x").predict.model_copy(
+        update={"enabled": False})})
+    assert not _has_best(res.trial_rows(client, other), plain)  # without predict: nothing reached or predicted
+    assert _has_best(res.trial_rows(client, other), long_spec("nothing"))  # under predict: confirmation measures
+
+
+def test_a_long_jobs_trials_that_never_reach_are_confirmed_by_their_rank_with_a_production_budget(store):
+    """predict off, no trial reached in its few seconds, and confirm.max_train_seconds (a production budget): the
+    trials are short by design, so the best by the censored objective at equal horizon are confirmation's
+    candidates, trained on to the target; without the budget there is nothing to confirm."""
+    client = MlflowClient(store)
+    spec = long_spec("censored", top_k=2, repeats=1, max_train_seconds=PRODUCTION_SECONDS)
+    spec = spec.model_copy(update={"predict": spec.predict.model_copy(update={"enabled": False})})
+    unpredicted = [{k: v for k, v in trial.items() if k != "predicted"} for trial in NONE_REACHED]
+    parent = make_search(client, spec, unpredicted)
+    rows = res.trial_rows(client, parent)
+    assert not any(r.reached or r.predicted for r in rows) and _has_best(rows, spec)
+    # by the censored objective: fast (30), slow (80), flat (400); the baseline last
+    assert [c.trial_id for c in pick_candidates(client, parent, top_k=2)] == ["fast", "slow", "base"]
+    no_budget = spec.model_copy(update={"confirm": spec.confirm.model_copy(update={"max_train_seconds": None})})
+    assert not _has_best(rows, no_budget)
+    bare = make_search(client, no_budget.model_copy(update={"name": "bare"}), unpredicted)
+    assert [c.trial_id for c in pick_candidates(client, bare, top_k=2)] == ["base"]
 
 
 def test_confirmation_trains_with_the_production_budget_and_best_yaml_carries_it(store, tmp_path):
