@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from autospeed.outcome import REMEASURE_RUNS
+from autospeed.outcome import REMEASURE_RUNS, SLOWER_THAN_GIVEN
 from autospeed.search.confirm_fewest import ROUNDS, plan_text
 from autospeed.search.confirm_stats import CONFIDENCE
 
@@ -126,6 +126,8 @@ def format_confirmation(outcome: ConfirmOutcome) -> str:
         spread = f", {low:.2f}x to {high:.2f}x over its runs" if low is not None else ""
         lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (given baseline TTA / "
                      f"its median{spread}); {outcome.interval_note}")
+        if outcome.speedup < 1:  # the baseline was not run, so it could not win: say that it would have
+            lines.append(f"  {SLOWER_THAN_GIVEN}")
     elif outcome.speedup is not None:
         wall = f"; wall to target {outcome.wall_speedup:.2f}x" if outcome.wall_speedup else ""
         lines.append(f"  speed-up of the confirmed best: {outcome.speedup:.2f}x train clock (ratio of medians), "

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.errors import RunFailure
-from autospeed.outcome import SESSION_LOG_SD, LogSpread, is_infeasible, log_spread, median_tta, next_run_interval
+from autospeed.outcome import (
+    SESSION_LOG_SD,
+    SLOWER_THAN_GIVEN,
+    LogSpread,
+    is_infeasible,
+    log_spread,
+    median_tta,
+    next_run_interval,
+)
 from autospeed.recipe import CompileCost, Measured, load_recipe
 from autospeed.track import names
 from autospeed.track import runs as res
@@ -302,6 +310,8 @@ def speedup_lines(measured: Measured | None) -> list[str]:
         lines = [f"speed-up over the baseline: {measured.speedup_vs_baseline:.2f}x on the train clock (median of "
                  f"{measured.repeats} fresh-process runs of the winner against the baseline TTA given, {base:g} s "
                  f"({measured.baseline_tta_note}), not measured here{spread}; no interval)"]
+        if measured.speedup_vs_baseline < 1:
+            lines.append(f"  {SLOWER_THAN_GIVEN}")
         return lines + _ablation_lines(measured)
     if measured.speedup_ci_low is not None and measured.speedup_ci_high is not None:
         interval = f", 90% interval {measured.speedup_ci_low:.2f}x to {measured.speedup_ci_high:.2f}x"

@@ -10,7 +10,7 @@ import io
 import pytest
 from mlflow.tracking import MlflowClient
 
-from autospeed.outcome import Status
+from autospeed.outcome import SLOWER_THAN_GIVEN, Status
 from autospeed.recipe import Recipe
 from autospeed.search.confirm import run_confirmation
 from autospeed.search.confirm_fewest import FEWEST, ONE, confirm_fewest, search_bound_seconds
@@ -105,3 +105,7 @@ def test_a_long_jobs_confirmation_trains_few_runs_and_its_summary_counts_them_in
         assert lines[-1] == (f"confirmation compute: {len(expected)} runs, {spent:.1f} s of train clock = "
                              f"{spent / 50.0:.2f} baseline runs")
         assert client.get_run(parent.info.run_id).data.metrics[names.M_CONFIRM_REPEATS] == 1
+        assert SLOWER_THAN_GIVEN not in format_confirmation(outcome)
+    # the same winner against a given TTA it does not beat: the baseline, not run, could not win; the summary says so
+    outcome.baseline_given_seconds = outcome.winner.median / 2
+    assert format_confirmation(outcome).splitlines()[-1] == f"  {SLOWER_THAN_GIVEN}"
