@@ -40,11 +40,6 @@ INFEASIBLE = frozenset({Status.OOM, Status.DIVERGED, Status.FAILED})
 INFEASIBLE_FACTOR = 3.0  # objective of an infeasible trial, in budgets
 
 
-# said of a long job's confirmed best that is slower than the baseline's given TTA (the baseline is not re-run there,
-# so it cannot win as it does in rounds): by the confirmation's summary and the export
-SLOWER_THAN_GIVEN = ("slower than the baseline's given TTA: no searched recipe beat it here; keep the baseline "
-                     "(the job as it runs now)")
-
 def is_infeasible(status: str | Status) -> bool:
     return Status(status) in INFEASIBLE
 

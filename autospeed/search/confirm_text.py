@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from autospeed.outcome import REMEASURE_RUNS, SLOWER_THAN_GIVEN
+from autospeed.outcome import REMEASURE_RUNS
 from autospeed.search.confirm_fewest import ROUNDS, plan_text
 from autospeed.search.confirm_stats import CONFIDENCE
+from autospeed.track.export import SLOWER_THAN_GIVEN
 
 if TYPE_CHECKING:
     from autospeed.search.confirm_stats import Candidate, ConfirmOutcome

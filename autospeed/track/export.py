@@ -15,7 +15,6 @@ from typing import Any
 from autospeed.errors import RunFailure
 from autospeed.outcome import (
     SESSION_LOG_SD,
-    SLOWER_THAN_GIVEN,
     LogSpread,
     is_infeasible,
     log_spread,
@@ -39,6 +38,11 @@ COMPILE_WAYS = {"new_machine": "a new machine", "new_machine_shipped_cache": "a 
 _WAY_OF_STATE = {names.COMPILE_CACHE_COLD: "new_machine", names.COMPILE_CACHE_WARM: "same_machine_warm"}
 NOT_MEASURED = "not measured"
 
+
+# said of a long job's confirmed best that is slower than the baseline's given TTA (the baseline is not re-run there,
+# so it cannot win as it does in rounds): by the confirmation's summary and the export
+SLOWER_THAN_GIVEN = ("slower than the baseline's given TTA: no searched recipe beat it here; keep the baseline "
+                     "(the job as it runs now)")
 
 def exportable(rows: list[res.TrialRow], short: bool = False) -> list[res.TrialRow]:
     """The trials that reached or were predicted, in the leaderboard's order (runs.ranked: reached by TTA first,

@@ -10,7 +10,7 @@ import io
 import pytest
 from mlflow.tracking import MlflowClient
 
-from autospeed.outcome import SLOWER_THAN_GIVEN, Status
+from autospeed.outcome import Status
 from autospeed.recipe import Recipe
 from autospeed.search.confirm import run_confirmation
 from autospeed.search.confirm_fewest import FEWEST, ONE, confirm_fewest, search_bound_seconds
@@ -19,6 +19,7 @@ from autospeed.search.confirm_text import format_confirmation, summary_lines
 from autospeed.search.session import SearchSession
 from autospeed.search.storage import SearchDir
 from autospeed.track import names
+from autospeed.track.export import SLOWER_THAN_GIVEN
 
 from .test_confirm_long import NONE_REACHED, PRODUCTION_SECONDS, confirm_runs, long_spec, make_search
 
