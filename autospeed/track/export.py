@@ -13,14 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autospeed.errors import RunFailure
-from autospeed.outcome import (
-    SESSION_LOG_SD,
-    LogSpread,
-    is_infeasible,
-    log_spread,
-    median_tta,
-    next_run_interval,
-)
+from autospeed.outcome import SESSION_LOG_SD, LogSpread, is_infeasible, log_spread, median_tta, next_run_interval
 from autospeed.recipe import CompileCost, Measured, load_recipe
 from autospeed.track import names
 from autospeed.track import runs as res
@@ -43,6 +36,7 @@ NOT_MEASURED = "not measured"
 # so it cannot win as it does in rounds): by the confirmation's summary and the export
 SLOWER_THAN_GIVEN = ("slower than the baseline's given TTA: no searched recipe beat it here; keep the baseline "
                      "(the job as it runs now)")
+
 
 def exportable(rows: list[res.TrialRow], short: bool = False) -> list[res.TrialRow]:
     """The trials that reached or were predicted, in the leaderboard's order (runs.ranked: reached by TTA first,
