@@ -5,7 +5,8 @@ What it is made from, in order of what the search has:
   * confirmation: the winner's confirmation run whose TTA is nearest their median (its evaluations up to the
     target); expected TTA their median, its range where one more run falls, 80% (outcome.next_run_interval, the
     spread pooled over every recipe's confirmation runs and the drift between sessions added: the production run
-    is one more run, in another sitting), min..max when that cannot be computed (fewer than 3 runs, a miss);
+    is one more run, in another sitting), min..max when that cannot be computed (fewer than 3 runs, a miss), none
+    from one run;
   * trial: an unconfirmed winner that reached in its trial: the trial's own curve, one measurement;
   * prediction: an unconfirmed winner that did not reach: its trial's curve, then the predicted crossing of the
     target (80% interval), with the metric interpolated linearly in log seconds between the last evaluation and
@@ -74,10 +75,13 @@ def tta_range(ttas: dict[str, list[float | None]], trial_id: str, measured: Meas
               ) -> tuple[float | None, float | None, str]:
     """A confirmed winner's TTA range for its production run and how it was made: where one more run falls, 80%
     (its runs' centre, the spread pooled over every recipe's confirmation TTAs in `ttas` (trial id -> TTAs, None
-    a miss), the between-session drift added); the runs' min..max when no interval can be computed."""
+    a miss), the between-session drift added); the runs' min..max when no interval can be computed, none (None,
+    None) from one run."""
     low, high = next_run_interval(ttas.get(trial_id, []), RANGE_CONFIDENCE, log_spread(ttas.values()),
                                   session_sd=SESSION_LOG_SD)
     if low is None:
+        if measured.tta_seconds_min == measured.tta_seconds_max:  # one run: a range of width 0 would hold nothing
+            return None, None, "one run: no range"
         return measured.tta_seconds_min, measured.tta_seconds_max, "min..max"
     return low, high, (f"range: where one more run falls, {RANGE_CONFIDENCE:.0%} (spread pooled over every "
                        f"confirmed recipe's runs, {100 * SESSION_LOG_SD:.1f}% drift between sessions added)")
