@@ -33,9 +33,7 @@ def check_script_reads(spec, space_path: str, console=sys.stdout):
     run = preflight_knobs(spec.recipe_for({}), layers)
     knobs, defaults, result = run.knobs_read, run.defaults, run.result
     if knobs is None:
-        command = " ".join(["python", script, *spec.workload_options.get("args", [])])
-        raise UserError(f"{space_path}: workload_options.script: {script} failed before its first optimizer step "
-                        f"({result.error or result.status.value}); run it alone to see why: {command}")
+        raise failed_before_first_step(f"{space_path}: workload_options.script", spec.workload_options, result)
     for key in spec.space:
         knob = key.split(".")[0]
         if knob not in knobs:
@@ -51,6 +49,15 @@ def check_script_reads(spec, space_path: str, console=sys.stdout):
     if run.reseeded is not None:
         print(reseed_warning(script, run.reseeded), file=console, flush=True)
     return spec
+
+
+def failed_before_first_step(where: str, options: dict, result) -> UserError:
+    """The one line for a script whose preflight ended before its first optimizer step: why, and how to see it."""
+    script = options["script"]
+    command = " ".join(["python", script, *options.get("args", [])])
+    why = result.error or result.status.value
+    return UserError(f"{where}: {script} failed before its first optimizer step ({why}); run it alone to see why: "
+                     f"{command}")
 
 
 def reseed_warning(script: str, seed: int) -> str:
@@ -73,9 +80,7 @@ def under_script_defaults(recipe, config: str, console=sys.stdout):
     script = recipe.workload_options["script"]
     run = preflight_knobs(recipe, given)
     if run.knobs_read is None:
-        command = " ".join(["python", script, *recipe.workload_options.get("args", [])])
-        raise UserError(f"{config}: {script} failed before its first optimizer step "
-                        f"({run.result.error or run.result.status.value}); run it alone to see why: {command}")
+        raise failed_before_first_step(config, recipe.workload_options, run.result)
     if not run.defaults:
         return recipe
     own = ", ".join(f"{k}={v}" for k, v in run.defaults.items() if k not in given and k not in ("target",
