@@ -30,17 +30,55 @@ SHARED_SEARCH_FILES = ("tests/search/test_run.py", "tests/search/test_confirm.py
                        "tests/show/test_browser.py")
 
 
+# Seconds each slow file's tests took (setup included), `pytest --durations=0` at b1efaca on a 2-core EPYC: the
+# scheduler below hands these out first, longest first. xdist's own order (most tests first) left the one-test
+# reliability files, 30-70 s each, for last, and a worker can queue three of them while the other has run out: a
+# simulation of xdist's queue on those durations ends its two workers 41 s apart, against 2 s longest first. A
+# file missing here only runs later; stale figures only cost balance, never a test.
+SLOW_FILE_SECONDS = {
+    "tests/script/test_script_search.py": 114, "tests/script/test_context.py": 87,
+    "tests/reliability/test_interrupt.py": 81, "tests/search/test_confirm.py": 73,
+    "tests/reliability/test_tracking_outage.py": 72, "tests/reliability/test_kill_anywhere.py": 70,
+    "tests/train/test_compile_cache.py": 62, "tests/experiments/test_all.py": 58, "tests/search/test_run.py": 57,
+    "tests/search/test_data_parallel.py": 55, "tests/test_cli_train.py": 54,
+    "tests/reliability/test_kill_confirmation.py": 54, "tests/reliability/test_cluster.py": 43,
+    "tests/reliability/test_trial_faults.py": 34, "tests/reliability/test_full_disk.py": 33,
+    "tests/reliability/test_probe_resume.py": 31, "tests/script/test_script_probe.py": 28,
+    "tests/search/test_long_job.py": 27, "tests/show/test_browser.py": 22, "tests/train/test_process.py": 20,
+    "tests/search/test_exploration_cap.py": 17, "tests/search/test_probe.py": 17, "tests/train/test_trainer.py": 16,
+    "tests/train/test_train_on_track.py": 15, "tests/script/test_script_ways.py": 13,
+    "tests/search/test_ablation.py": 13, "tests/search/test_confirm_fewest.py": 12,
+    "tests/search/test_confirm_long.py": 11, "tests/show/test_report.py": 10,
+}
+
+
+def _scope_of(nodeid: str) -> str:
+    file = nodeid.split("::", 1)[0]
+    return "finished_search" if file in SHARED_SEARCH_FILES else file
+
+
+def _scope_seconds(scope: str) -> int:
+    if scope == "finished_search":
+        return sum(SLOW_FILE_SECONDS.get(f, 0) for f in SHARED_SEARCH_FILES)
+    return SLOW_FILE_SECONDS.get(scope, 0)
+
+
 def pytest_xdist_make_scheduler(config, log):
     """With pytest-xdist (pyproject.toml: two workers) the tests of one file go to one worker, so its module
     fixtures (a search, a store, a process group, a cluster) are built once, and the files that read the
     shared finished search go to one worker together, so it runs once per test run. (xdist's own
-    `--dist loadgroup` marks are not seen by pytest 9's node ids.)"""
+    `--dist loadgroup` marks are not seen by pytest 9's node ids.) The slowest files go out first
+    (SLOW_FILE_SECONDS), so the two workers end together."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            return "finished_search" if file in SHARED_SEARCH_FILES else file
+            return _scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            slowest = max(self.workqueue, key=_scope_seconds)  # the first of equals: xdist's order among the rest
+            self.workqueue.move_to_end(slowest, last=False)
+            super()._assign_work_unit(node)
 
     return ByFile(config, log)
 
