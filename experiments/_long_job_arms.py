@@ -1,7 +1,8 @@
 """Arms of experiments/long_job_bench.py whose trials grow: successive halving over trial lengths at the flat arm's
 exploration compute (issue 43: "horizons that grow, b, 3b, 9b"), Ray Tune's asynchronous rule (what the product's
 ASHA does on the train clock) on the same horizons, the effective LR's trend across those horizons, and successive
-halving whose first rung is the flat cut itself (its exploration stated in baseline runs by the caller).
+halving whose first rung is the flat cut itself (its exploration stated in baseline runs by the caller), and Ray's
+rule from the cut stopped by the product's exploration cap.
 
 Every arm here ranks by the metric at the cut (long_job_ranking.metric_score: samples at the target where the trial
 reached it, else the censored `horizon x (1 + gap)`), each trial at the horizon it was trained to (asha_horizon: by
@@ -137,7 +138,9 @@ CUT_RUNGS = {"halving from cut to 3c": 2, "halving from cut to 9c": 3, "halving 
 # autospeed/horizon.py at each trial's own last horizon (long_job_bench.py: the product with predict on)
 ASHA_CUT = ("asha from cut to 9c", "asha from cut to 9c, objective", "asha from cut to 9c, horizon.py")
 FROM_CUT = (*CUT_RUNGS, *ASHA_CUT)
-ARMS = (*FLAT, *GROWN, *FROM_CUT)
+CAP_RUNS = 2  # issue 43's exploration budget, in baseline runs: long.yaml's `budget.exploration_baseline_runs`
+ASHA_CAPPED = "asha from cut to 9c, capped"  # Ray's rule on the 9c rungs, the product's exploration cap on
+ARMS = (*FLAT, *GROWN, *FROM_CUT, ASHA_CAPPED)
 
 
 def plans_for(cut_samples: float, trials: int, n: int | None = None) -> dict[int, list[tuple[float, int]]]:
@@ -184,6 +187,40 @@ def from_cut(order: Sequence[int], plans: dict[str, list[tuple[float, int]]],
         out[a], cost[a] = asha_ranked(order, plans["halving from cut to 9c"], 3, score, by_rung=a == ASHA_CUT[0])
     cost[ASHA_CUT[2]] = cost[ASHA_CUT[0]]  # the same trials to the same rungs: ranked by the caller
     return out, cost
+
+
+def asha_capped(order: Sequence[int], horizons: Sequence[float], eta: int, score: Callable[[int, float], float],
+                cap_samples: float) -> tuple[list[int], float]:
+    """The product with `budget.exploration_baseline_runs` (autospeed/search/tuner.py): Ray's rule (asha_rungs) on
+    `horizons`, trials one after another, no trial started once the trials' samples reach `cap_samples`, and the
+    trial running when they do stopped there (the product stops it at its next evaluation), so a search may run
+    fewer trials than `order` holds. Ranked as the product ranks (asha_ranked, by_rung False: reached trials by
+    their samples to target, the rest by the censored objective at their own last horizon); `score(i, h)` at any
+    horizon. Returns the ranking of the trials that ran and the samples they spent."""
+    recorded: list[list[float]] = [[] for _ in horizons]
+    last: dict[int, float] = {}
+    total = 0.0
+    for i in order:
+        if total >= cap_samples:
+            break
+        done = 0.0
+        for k, h in enumerate(horizons):
+            if total + h - done >= cap_samples:  # the cap falls inside this rung: the trial ends there
+                last[i], total = done + cap_samples - total, cap_samples
+                break
+            total, done = total + h - done, h
+            reward = -score(i, h)
+            cutoff = np.percentile(recorded[k], (1 - 1 / eta) * 100) if recorded[k] else None
+            recorded[k].append(reward)
+            if k == len(horizons) - 1 or (cutoff is not None and reward < cutoff):
+                last[i] = h
+                break
+
+    def product(i: int) -> tuple[bool, float]:  # as asha_ranked's: h x (1 + gap) >= h unless reached
+        s = score(i, last[i])
+        return (False, s) if s < last[i] else (True, s / last[i])
+
+    return sorted(last, key=product), total
 
 
 def at_horizon(row: dict, h: float, pool: list[float | None], target: float, cap: float):

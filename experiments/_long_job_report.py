@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from _long_job_arms import ARMS, CUT_RUNGS, FLAT, FROM_CUT, spent
+from _long_job_arms import ARMS, ASHA_CAPPED, CAP_RUNS, CUT_RUNGS, FLAT, FROM_CUT, spent
 from long_job_ranking import fmt
 
 GOALS = {20: (0.10, 1.15), 50: (0.20, 1.30)}  # first-pick miss at most, median regret at most (issue 43)
@@ -149,6 +149,13 @@ def from_cut(results: list[dict]) -> list[str]:
             f"{r['target']} {r['ratio']}x: {fmt(r[f'{asha}, horizon.py']['miss'], True)} vs "
             f"{fmt(r[asha]['miss'], True)}" for r in worse) + ": a trial stopped early is projected from its own, "
         "shorter horizon.",
+        f"- **With the product's exploration cap** ('{ASHA_CAPPED}': the same rule with `budget."
+        f"exploration_baseline_runs: {CAP_RUNS}`, as long.yaml's capped search runs it: no trial starts once the "
+        f"trials' samples reach {CAP_RUNS} baseline runs, and the one running then stops there; ranked as the product "
+        f"ranks): it spends {_span([r[ASHA_CAPPED]['runs'] for r in results], False)} baseline runs; its first-pick "
+        f"miss by row {_by_row(results, ASHA_CAPPED, asha)} (capped vs uncapped); median regret "
+        f"{_by_row(results, ASHA_CAPPED, asha, 'regret')}. " + _against_metric(results, ASHA_CAPPED)[0].upper()
+        + _against_metric(results, ASHA_CAPPED)[1:] + ".",
     ]
 
 
@@ -223,7 +230,7 @@ def reading(results: list[dict], lr_split: str, collapses: str) -> list[str]:
 
 
 # the goals table's; every other arm ranks as one of these or misses more (the arms' table)
-GOAL_ARMS = ("metric", "halving 3", "asha 3", *(a for a in FROM_CUT if not a.endswith("objective")))
+GOAL_ARMS = ("metric", "halving 3", "asha 3", *(a for a in FROM_CUT if not a.endswith("objective")), ASHA_CAPPED)
 
 
 def goals(results: list[dict]) -> list[str]:

@@ -220,6 +220,9 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             cache[s, i, h] = trial_row(recipes[i], s, h)
         return cache[s, i, h]
 
+    def score_at(s: int, i: int, h: float) -> float:  # the metric at any horizon (a trial the cap stopped)
+        return at[h][s][i] if h in at else ranking.metric_score(row_at(s, i, h), h, target)
+
     def per_seed_at(t: float) -> np.ndarray:  # [recipe][seed] samples to target t
         return np.array([[samples_to(c, t) for c in r["full"]] for r in recipes])
 
@@ -241,6 +244,8 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
         ranks.update(ranked_cut)
         ranks[FROM_CUT[-1]] = arms.asha_horizon(order, lambda i, h: row_at(picked[i], i, h), nine,
                                            lambda i, h: at[h][picked[i]][i], target, cap)
+        ranks[arms.ASHA_CAPPED], cost[arms.ASHA_CAPPED] = arms.asha_capped(
+            order, nine, 3, lambda i, h: score_at(picked[i], i, h), arms.CAP_RUNS * run)
         cost.update({a: size * cut for a in (*FLAT, "halving 3", "halving 2", "halving 3 + LR trend")})
         cost["asha 3"] = info["asha_spent"]
         for a in FLAT:
@@ -287,6 +292,11 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
                 scores.append(np.array([w[i] for i in range(n)]))
             else:
                 everyone, at_s = list(range(n)), (lambda i, h, s=s: at[h][s][i])
+                if a == arms.ASHA_CAPPED:  # the cap scaled as the plans are, by n / trials; never started: last
+                    ran = arms.asha_capped(everyone, nine, 3, lambda i, h, s=s: score_at(s, i, h),
+                                           arms.CAP_RUNS * run * n / size)[0]
+                    scores.append(np.argsort(ran + [i for i in everyone if i not in ran]).astype(float))
+                    continue
                 ranked = (arms.asha_horizon(everyone, lambda i, h, s=s: row_at(s, i, h), nine, at_s, target, cap)
                           if a == FROM_CUT[-1] else arms.from_cut(everyone, whole_cplans, at_s)[0][a] if a in FROM_CUT
                           else arms.grown(everyone, whole_plans, at_s, lambda i: lrs[i], ratio * cut)[0][a])
