@@ -73,42 +73,59 @@ def halving_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]],
     return alive + dropped, rungs
 
 
-def asha_rungs(order: Sequence[int], horizons: Sequence[float], eta: int,
-               score: Callable[[int, float], float]) -> dict[int, int]:
+def asha_horizons(order: Sequence[int], horizons: Sequence[float], eta: int, score: Callable[[int, float], float],
+                  cap_samples: float = math.inf) -> dict[int, float]:
     """Ray Tune's ASHA (ray.tune.schedulers.AsyncHyperBandScheduler's rung rule) on `horizons`, trials one at a time
     in the search's order: a trial continues past a rung while its score is no worse than the rung's cutoff so far
     (the (1 - 1/eta) quantile of the rung's recorded rewards, interpolated as numpy's percentile; the first trial
-    at a rung always continues), and stops at the last horizon (max_t). Trial -> the index of its last horizon."""
+    at a rung always continues), and stops at the last horizon (max_t). With `cap_samples`, the product's
+    `budget.exploration_baseline_runs` (autospeed/search/tuner.py): no trial starts once the trials' samples reach
+    it, and the trial running when they do ends there (the product stops it at its next evaluation), so fewer
+    trials than `order` may run. Trial that ran -> the horizon it ended at, in samples."""
     recorded: list[list[float]] = [[] for _ in horizons]
-    reached: dict[int, int] = {}
+    ended: dict[int, float] = {}
+    total = 0.0
     for i in order:
-        k = 0
+        if total >= cap_samples:
+            break
+        done = 0.0
         for k, h in enumerate(horizons):
+            if total + h - done >= cap_samples:  # the cap falls inside this rung: the trial ends there
+                ended[i], total = done + cap_samples - total, cap_samples
+                break
+            total, done = total + h - done, h
             reward = -score(i, h)  # Ray compares rewards, higher better
             cutoff = np.percentile(recorded[k], (1 - 1 / eta) * 100) if recorded[k] else None
             recorded[k].append(reward)
             if k == len(horizons) - 1 or (cutoff is not None and reward < cutoff):
+                ended[i] = h
                 break
-        reached[i] = k
-    return reached
+    return ended
+
+
+def asha_rungs(order: Sequence[int], horizons: Sequence[float], eta: int,
+               score: Callable[[int, float], float]) -> dict[int, int]:
+    """asha_horizons without a cap: trial -> the index of its last horizon."""
+    return {i: list(horizons).index(h) for i, h in asha_horizons(order, horizons, eta, score).items()}
 
 
 def asha_ranked(order: Sequence[int], plan: Sequence[tuple[float, int]], eta: int,
-                score: Callable[[int, float], float], by_rung: bool = True) -> tuple[list[int], float]:
-    """ASHA (asha_rungs) on the halving plan's horizons: the ranking (furthest horizon first, by the score there;
-    `by_rung` False: as the product ranks, autospeed/track/runs.py ranked: reached trials by their samples to
-    target, then the rest by their distance to the target at their own last horizon, whatever its length) and the
-    samples it spent (not fixed: it depends on the order)."""
-    horizons = [h for h, _ in plan]
-    reached = asha_rungs(order, horizons, eta, score)
+                score: Callable[[int, float], float], by_rung: bool = True,
+                cap_samples: float = math.inf) -> tuple[list[int], float]:
+    """ASHA (asha_horizons, with its cap) on the halving plan's horizons: the ranking of the trials that ran
+    (furthest horizon first, by the score there; `by_rung` False: as the product ranks, autospeed/track/runs.py
+    ranked: reached trials by their samples to target, then the rest by their distance to the target at their own
+    last horizon, whatever its length) and the samples it spent (not fixed: it depends on the order). `score(i, h)`
+    at any horizon where a cap may end a trial between rungs."""
+    ended = asha_horizons(order, [h for h, _ in plan], eta, score, cap_samples)
 
     def product(i: int) -> tuple[bool, float]:  # the censored objective's order: h x (1 + gap) >= h unless reached
-        h = horizons[reached[i]]
+        h = ended[i]
         s = score(i, h)
         return (False, s) if s < h else (True, s / h)
 
-    ranked = sorted(order, key=lambda i: (-reached[i], score(i, horizons[reached[i]])) if by_rung else product(i))
-    return ranked, sum(horizons[reached[i]] for i in order)
+    ranked = sorted(ended, key=lambda i: (-ended[i], score(i, ended[i])) if by_rung else product(i))
+    return ranked, sum(ended.values())
 
 
 def lr_trend(rungs: Sequence[Sequence[int]], plan: Sequence[tuple[float, int]], lr: Callable[[int], float],
@@ -189,40 +206,6 @@ def from_cut(order: Sequence[int], plans: dict[str, list[tuple[float, int]]],
     return out, cost
 
 
-def asha_capped(order: Sequence[int], horizons: Sequence[float], eta: int, score: Callable[[int, float], float],
-                cap_samples: float) -> tuple[list[int], float]:
-    """The product with `budget.exploration_baseline_runs` (autospeed/search/tuner.py): Ray's rule (asha_rungs) on
-    `horizons`, trials one after another, no trial started once the trials' samples reach `cap_samples`, and the
-    trial running when they do stopped there (the product stops it at its next evaluation), so a search may run
-    fewer trials than `order` holds. Ranked as the product ranks (asha_ranked, by_rung False: reached trials by
-    their samples to target, the rest by the censored objective at their own last horizon); `score(i, h)` at any
-    horizon. Returns the ranking of the trials that ran and the samples they spent."""
-    recorded: list[list[float]] = [[] for _ in horizons]
-    last: dict[int, float] = {}
-    total = 0.0
-    for i in order:
-        if total >= cap_samples:
-            break
-        done = 0.0
-        for k, h in enumerate(horizons):
-            if total + h - done >= cap_samples:  # the cap falls inside this rung: the trial ends there
-                last[i], total = done + cap_samples - total, cap_samples
-                break
-            total, done = total + h - done, h
-            reward = -score(i, h)
-            cutoff = np.percentile(recorded[k], (1 - 1 / eta) * 100) if recorded[k] else None
-            recorded[k].append(reward)
-            if k == len(horizons) - 1 or (cutoff is not None and reward < cutoff):
-                last[i] = h
-                break
-
-    def product(i: int) -> tuple[bool, float]:  # as asha_ranked's: h x (1 + gap) >= h unless reached
-        s = score(i, last[i])
-        return (False, s) if s < last[i] else (True, s / last[i])
-
-    return sorted(last, key=product), total
-
-
 def at_horizon(row: dict, h: float, pool: list[float | None], target: float, cap: float):
     """A trial cut at `h` as autospeed/horizon.py sees it: (the samples it reached the target at, else None;
     horizon.py's (score, prediction) pooling `pool` with the trial's own exponent, None where it reached; that
@@ -238,12 +221,12 @@ def at_horizon(row: dict, h: float, pool: list[float | None], target: float, cap
 
 
 def asha_horizon(order: list[int], row_at, horizons: list[float], score, target: float, cap: float) -> list[int]:
-    """The trials `order` after ASHA's rule from the cut (_long_job_arms.asha_rungs on `horizons`), ranked by
+    """The trials `order` after ASHA's rule from the cut (asha_horizons on `horizons`), ranked by
     autospeed/horizon.py each at its own last horizon (at_horizon), pooling the exponents in the search's order: the
     product with predict on. `row_at(i, h)`: trial i's row cut at h."""
-    last, out, pool = asha_rungs(order, horizons, 3, score), {}, []
+    last, out, pool = asha_horizons(order, horizons, 3, score), {}, []
     for i in order:
-        hit, scored, exponent = at_horizon(row_at(i, horizons[last[i]]), horizons[last[i]], pool, target, cap)
+        hit, scored, exponent = at_horizon(row_at(i, last[i]), last[i], pool, target, cap)
         out[i] = hit if hit is not None else scored[0]
         pool.append(exponent)
     return sorted(order, key=out.__getitem__)

@@ -43,8 +43,7 @@ def last_rungs(arm: str, order: Sequence[int], plan: Sequence[tuple[float, int]]
     if arm == PICK_ARMS[0]:
         ranked, rungs = arms.halving_ranked(order, plan, score)
         return ranked[0], {i: horizons[max(k for k, r in enumerate(rungs) if i in r)] for i in order}
-    reached = arms.asha_rungs(order, horizons, 3, score)
-    return arms.asha_ranked(order, plan, 3, score)[0][0], {i: horizons[k] for i, k in reached.items()}
+    return arms.asha_ranked(order, plan, 3, score)[0][0], arms.asha_horizons(order, horizons, 3, score)
 
 
 def predict(row: dict, rung: float, pool: list[float | None], target: float, cap: float):

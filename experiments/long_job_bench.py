@@ -244,8 +244,9 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
         ranks.update(ranked_cut)
         ranks[FROM_CUT[-1]] = arms.asha_horizon(order, lambda i, h: row_at(picked[i], i, h), nine,
                                            lambda i, h: at[h][picked[i]][i], target, cap)
-        ranks[arms.ASHA_CAPPED], cost[arms.ASHA_CAPPED] = arms.asha_capped(
-            order, nine, 3, lambda i, h: score_at(picked[i], i, h), arms.CAP_RUNS * run)
+        ranks[arms.ASHA_CAPPED], cost[arms.ASHA_CAPPED] = arms.asha_ranked(
+            order, cplans["halving from cut to 9c"], 3, lambda i, h: score_at(picked[i], i, h), by_rung=False,
+            cap_samples=arms.CAP_RUNS * run)
         cost.update({a: size * cut for a in (*FLAT, "halving 3", "halving 2", "halving 3 + LR trend")})
         cost["asha 3"] = info["asha_spent"]
         for a in FLAT:
@@ -293,8 +294,9 @@ def condition(data: dict, target: float, ratio: int, searches: int, seed: int) -
             else:
                 everyone, at_s = list(range(n)), (lambda i, h, s=s: at[h][s][i])
                 if a == arms.ASHA_CAPPED:  # the cap scaled as the plans are, by n / trials; never started: last
-                    ran = arms.asha_capped(everyone, nine, 3, lambda i, h, s=s: score_at(s, i, h),
-                                           arms.CAP_RUNS * run * n / size)[0]
+                    ran = arms.asha_ranked(everyone, cplans["halving from cut to 9c"], 3,
+                                           lambda i, h, s=s: score_at(s, i, h), by_rung=False,
+                                           cap_samples=arms.CAP_RUNS * run * n / size)[0]
                     scores.append(np.argsort(ran + [i for i in everyone if i not in ran]).astype(float))
                     continue
                 ranked = (arms.asha_horizon(everyone, lambda i, h, s=s: row_at(s, i, h), nine, at_s, target, cap)

@@ -122,9 +122,7 @@ class OnTrack:
         seconds, value = self._last
         expected = self.expected_seconds(value)
         pace = seconds / expected if expected > 0 else float("inf")
-        rate, samples = self.trajectory.samples_per_second, self._samples.get(seconds, 0)
-        halves = ((samples / (expected * rate), samples / seconds / rate) if rate and samples > 0 and expected > 0
-                  and seconds > 0 else (None, None))
+        halves = self._halves(self._samples.get(seconds, 0), seconds, expected) or (None, None)
         check = Check(checkpoint / self.trajectory.tta_seconds, checkpoint, seconds, value, expected, pace,
                       self.verdict(pace), ended_before, *halves)
         self.checks.append(check)
@@ -183,13 +181,22 @@ class OnTrack:
         samples)."""
         seen = [at for at in self._samples if at <= tta_seconds]  # the evaluation that met the target
         samples = self._samples[max(seen)] if seen else 0
-        if not self.trajectory.samples_per_second or samples <= 0 or tta_seconds <= 0:
+        t = self.trajectory
+        halves = self._halves(samples, tta_seconds, t.tta_seconds)
+        if halves is None:
             return {}
-        predicted = self.trajectory.tta_seconds * self.trajectory.samples_per_second
-        rate = samples / tta_seconds
-        return {"samples_to_target": samples, "predicted_samples_to_target": predicted,
-                "samples_per_second": rate, "samples_over_prediction": samples / predicted,
-                "throughput_over_prediction": rate / self.trajectory.samples_per_second}
+        return {"samples_to_target": samples, "predicted_samples_to_target": t.tta_seconds * t.samples_per_second,
+                "samples_per_second": samples / tta_seconds, "samples_over_prediction": halves[0],
+                "throughput_over_prediction": halves[1]}
+
+    def _halves(self, samples: int, seconds: float, expected_seconds: float) -> tuple[float, float] | None:
+        """seconds / expected_seconds (a check's pace, the end's TTA ratio) as its two halves: the run's `samples`
+        by `seconds` over the samples the prediction had trained by `expected_seconds`, and the run's samples/s over
+        the prediction's. None without both counts (a trajectory without a throughput, a run without samples)."""
+        rate = self.trajectory.samples_per_second
+        if not rate or samples <= 0 or seconds <= 0 or expected_seconds <= 0:
+            return None
+        return samples / (expected_seconds * rate), samples / seconds / rate
 
 
 def on_track_for(recipe, stream: TextIO) -> OnTrack | None:
